@@ -1,0 +1,125 @@
+"""Domain errors that know their HTTP meaning, and the one place that renders them."""
+
+import logging
+import math
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+logger = logging.getLogger("todo_agent.errors")
+
+
+class DomainError(Exception):
+    status_code = 400
+    detail = "Bad request."
+
+    def __init__(self, detail: str | None = None, *, headers: dict[str, str] | None = None):
+        super().__init__(detail or self.detail)
+        if detail is not None:
+            self.detail = detail
+        self.headers = headers or {}
+
+
+class InvalidToken(DomainError):
+    status_code = 401
+    detail = "Invalid or missing bearer token."
+
+    def __init__(self, detail: str | None = None) -> None:
+        super().__init__(detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+class UserMismatch(DomainError):
+    status_code = 403
+    detail = "The user id in the path is not the signed-in user."
+
+
+class NotFound(DomainError):
+    status_code = 404
+    detail = "Not found."
+
+
+class TaskNotFound(NotFound):
+    detail = "Task not found."
+
+
+class SessionNotFound(NotFound):
+    detail = "Session not found."
+
+
+class Conflict(DomainError):
+    status_code = 409
+    detail = "Conflict."
+
+
+class SessionBusy(Conflict):
+    detail = "This session is busy with another message; try again when it has answered."
+
+
+class IdempotencyInProgress(Conflict):
+    detail = "A request with this Idempotency-Key is still running; retry later."
+
+
+class IdempotencyKeyReused(DomainError):
+    status_code = 422
+    detail = "This Idempotency-Key was already used with a different request body."
+
+
+class PayloadTooLarge(DomainError):
+    status_code = 413
+    detail = "Request body too large."
+
+
+class RetryLater(DomainError):
+    """An error the client should retry after some seconds (Retry-After)."""
+
+    def __init__(self, detail: str | None = None, *, retry_after_s: float) -> None:
+        super().__init__(detail, headers={"Retry-After": str(max(1, math.ceil(retry_after_s)))})
+
+
+class RateLimited(RetryLater):
+    status_code = 429
+    detail = "Too many chat messages; slow down."
+
+
+class TokenBudgetExceeded(RetryLater):
+    status_code = 429
+    detail = "The daily token budget for this user is used up."
+
+
+class DatabaseUnavailable(RetryLater):
+    status_code = 503
+    detail = "The database is unavailable; retry shortly."
+
+    def __init__(self, detail: str | None = None) -> None:
+        super().__init__(detail, retry_after_s=2)
+
+
+def error_response(error: DomainError) -> JSONResponse:
+    return JSONResponse({"detail": error.detail}, error.status_code, headers=error.headers)
+
+
+async def _domain_error(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, DomainError)
+    return error_response(error)
+
+
+async def _validation_error(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    # The ctx of a pydantic error may hold the exception object itself; keep it printable.
+    details = [
+        {key: value for key, value in item.items() if key in ("loc", "msg", "type")}
+        for item in error.errors()
+    ]
+    return JSONResponse({"detail": details}, 422)
+
+
+async def _unexpected(_: Request, error: Exception) -> JSONResponse:
+    logger.exception("unhandled error", exc_info=error)
+    return JSONResponse({"detail": "Internal server error."}, 500)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(DomainError, _domain_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,41 @@
+"""Apply the Alembic migrations, and tell whether a database is at head."""
+
+from functools import cache
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+ALEMBIC_INI = Path(__file__).resolve().parent.parent / "alembic.ini"
+# Serializes concurrent `migrate` runs (several replicas starting at once).
+_MIGRATION_LOCK_ID = 0x70D0A6E7
+
+
+def alembic_config() -> Config:
+    return Config(str(ALEMBIC_INI))
+
+
+@cache
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def _upgrade(connection: Connection) -> None:
+    connection.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK_ID})
+    config = alembic_config()
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")
+
+
+async def migrate(engine: AsyncEngine) -> None:
+    """Bring the database to the head revision (idempotent, safe to run concurrently)."""
+    async with engine.begin() as connection:
+        await connection.run_sync(_upgrade)
+
+
+async def current_revision(connection: AsyncConnection) -> str | None:
+    result = await connection.execute(text("SELECT version_num FROM alembic_version"))
+    return result.scalar_one_or_none()

@@ -1,0 +1,111 @@
+"""Shared fixtures: a real PostgreSQL with the migrations applied, the app over ASGI, tokens."""
+
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from backend.auth import create_token
+from backend.embedded_db import EmbeddedPostgres
+from backend.main import create_app
+from backend.migrations import migrate
+from backend.settings import Settings, normalize_database_url
+
+TEST_SECRET = "test-secret-" + "x" * 40
+_TABLES = "agent_messages, agent_sessions, tasks, idempotency_keys, users"
+
+# The service reads these from the environment; a developer's shell must not leak into tests.
+for _name in list(os.environ):
+    if _name.startswith(("OPENAI_", "JWT_", "AGENT_", "CHAT_", "CORS_")) or _name in (
+        "DATABASE_URL",
+        "ENVIRONMENT",
+    ):
+        del os.environ[_name]
+
+
+@pytest.fixture(scope="session")
+def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """TEST_DATABASE_URL when set, else an embedded PostgreSQL for this run."""
+    if url := os.environ.get("TEST_DATABASE_URL"):
+        yield normalize_database_url(url)
+        return
+    # Stops by itself when the test process exits.
+    yield EmbeddedPostgres(tmp_path_factory.mktemp("embedded")).start()
+
+
+@pytest.fixture(scope="session")
+async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    """An engine on a freshly migrated schema (Alembic, exactly as `todo-agent migrate`)."""
+    engine = create_async_engine(database_url)
+    async with engine.begin() as connection:
+        await connection.execute(text("DROP SCHEMA public CASCADE"))
+        await connection.execute(text("CREATE SCHEMA public"))
+    await migrate(engine)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture(autouse=True)
+async def clean_tables(request: pytest.FixtureRequest) -> None:
+    """Each test starts from empty tables (only for tests that touch the database)."""
+    if "engine" not in request.fixturenames and "app" not in request.fixturenames:
+        return
+    engine: AsyncEngine = request.getfixturevalue("engine")
+    async with engine.begin() as connection:
+        await connection.execute(text(f"TRUNCATE {_TABLES} RESTART IDENTITY CASCADE"))
+
+
+@pytest.fixture
+def make_settings(database_url: str, tmp_path: Path) -> Callable[..., Settings]:
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "database_url": database_url,
+            "jwt_secret": TEST_SECRET,
+            "TODO_AGENT_DATA_DIR": tmp_path / "data",
+            "chat_rate_limit_per_minute": 1000,
+        }
+        values.update(overrides)
+        return Settings(_env_file=None, **values)
+
+    return make
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., Settings]) -> Settings:
+    return make_settings()
+
+
+@pytest.fixture
+async def app(settings: Settings, engine: AsyncEngine) -> AsyncIterator[FastAPI]:
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        yield app
+
+
+@pytest.fixture
+async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        yield client
+
+
+@pytest.fixture
+async def db(engine: AsyncEngine) -> AsyncIterator[AsyncSession]:
+    """A session for arranging and inspecting data directly; commits on success."""
+    async with AsyncSession(engine, expire_on_commit=False) as session, session.begin():
+        yield session
+
+
+def token_for(user_id: str, **claims: Any) -> str:
+    return create_token(secret=TEST_SECRET, user_id=user_id, **claims)
+
+
+def auth(user_id: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token_for(user_id)}"}

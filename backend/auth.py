@@ -12,9 +12,10 @@ import base64
 import binascii
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import httpx
 from cryptography.exceptions import InvalidSignature
@@ -60,8 +61,10 @@ class Identity:
 
 
 class JwksCache:
-    """Keys from a JWKS URL, by `kid`; refetched when stale, or on an unknown `kid` at most
-    once per `refresh_s` so a stream of made-up kids cannot hammer the provider."""
+    """Keys from a JWKS URL, by `kid`: refetched when older than `ttl_s`, or on an unknown
+    `kid` at most once per `refresh_s`. A failed fetch is not retried sooner either, so
+    neither a stream of made-up kids nor a provider that is down turns every request into a
+    fetch; until one fetch has succeeded, verification answers 503."""
 
     def __init__(self, url: str, http: httpx.AsyncClient, *, refresh_s: float, ttl_s: float):
         self._url = url
@@ -69,35 +72,52 @@ class JwksCache:
         self._refresh_s = refresh_s
         self._ttl_s = ttl_s
         self._keys: dict[str | None, dict[str, Any]] = {}
-        self._fetched_at = float("-inf")
+        self._fetched_at = float("-inf")  # the last successful fetch
+        self._tried_at = float("-inf")  # the last fetch, successful or not
         self._lock = asyncio.Lock()
 
     async def key(self, kid: str | None) -> dict[str, Any] | None:
         now = time.monotonic()
-        if now - self._fetched_at > self._ttl_s or (
-            kid not in self._keys and now - self._fetched_at > self._refresh_s
-        ):
-            await self._refresh(seen_at=self._fetched_at)
+        since_try = now - self._tried_at
+        stale = now - self._fetched_at > self._ttl_s and since_try > min(
+            self._ttl_s, self._refresh_s
+        )
+        unknown = kid not in self._keys and since_try > self._refresh_s
+        if stale or unknown:
+            await self._refresh(seen_at=self._tried_at)
+        if self._fetched_at == float("-inf"):
+            raise IdentityProviderUnavailable()
         if kid is None and len(self._keys) == 1:
             return next(iter(self._keys.values()))
         return self._keys.get(kid)
 
     async def _refresh(self, *, seen_at: float) -> None:
         async with self._lock:
-            if self._fetched_at != seen_at:  # another request refreshed while we waited
+            if self._tried_at != seen_at:  # another request fetched while we waited
                 return
             try:
                 response = await self._http.get(self._url, timeout=5.0)
                 response.raise_for_status()
-                keys = response.json()["keys"]
-            except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
+                self._keys = _parse_jwks(response.json())
+                self._fetched_at = time.monotonic()
+            except (httpx.HTTPError, ValueError) as error:
+                # Keep serving the keys we have, if any, until the next try.
                 logger.warning("jwks fetch failed", extra={"error": repr(error)})
-                if not self._keys:
-                    raise IdentityProviderUnavailable() from error
-                self._fetched_at = time.monotonic()  # keep serving the keys we have
-                return
-            self._keys = {k.get("kid"): k for k in keys if isinstance(k, dict)}
-            self._fetched_at = time.monotonic()
+            # Stamped after the fetch, so requests arriving during it wait for its outcome;
+            # not on cancellation, so a caller that went away does not block the next fetch.
+            self._tried_at = time.monotonic()
+
+
+def _parse_jwks(document: object) -> dict[str | None, dict[str, Any]]:
+    """The keys of a JWKS by `kid`; entries that are not objects with a string kid are skipped."""
+    keys = document.get("keys") if isinstance(document, dict) else None
+    if not isinstance(keys, list):
+        raise ValueError("not a JWKS: no keys list")
+    return {
+        key.get("kid"): key
+        for key in keys
+        if isinstance(key, dict) and isinstance(key.get("kid"), str | None)
+    }
 
 
 class TokenVerifier:
@@ -170,7 +190,7 @@ class TokenVerifier:
         now = time.time()
         leeway = self._settings.jwt_leeway_s
         exp = claims.get("exp")
-        if not isinstance(exp, int | float) or isinstance(exp, bool):
+        if not _is_number(exp):
             raise InvalidToken("Token has no valid exp claim.")
         if now > exp + leeway:
             raise InvalidToken("Token expired.")
@@ -188,7 +208,11 @@ class TokenVerifier:
             if self._settings.jwt_audience not in audiences:
                 raise InvalidToken("Token audience not accepted.")
         subject = claims.get("sub")
-        if not isinstance(subject, str) or not 1 <= len(subject) <= MAX_USER_ID_CHARS:
+        if (
+            not isinstance(subject, str)
+            or not 1 <= len(subject) <= MAX_USER_ID_CHARS
+            or not _storable(subject)
+        ):
             raise InvalidToken("Token has no valid sub claim.")
         return Identity(
             user_id=subject,
@@ -215,12 +239,29 @@ def _b64url_decode(value: str) -> bytes:
         raise ValueError("bad base64url") from error
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+def _is_number(value: object) -> TypeGuard[int | float]:
+    # JSON parsing yields inf and nan for `1e400` and `NaN`; either would make a time check
+    # always pass, so a token could never expire.
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _storable(value: str) -> bool:
+    """Whether PostgreSQL text can hold `value`: no NUL, and valid UTF-8 (no lone surrogates)."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _short_str(value: object, limit: int) -> str | None:
-    return value[:limit] if isinstance(value, str) and value else None
+    if not isinstance(value, str) or not value or not _storable(value):
+        return None
+    return value[:limit]
 
 
 def create_token(

@@ -6,6 +6,7 @@ import httpx
 
 from backend.auth import TokenVerifier
 from backend.db import Database
+from backend.services.agent import OpenAIAgentService
 from backend.services.users import KnownUsers
 from backend.settings import Settings
 
@@ -16,18 +17,23 @@ class AppContext:
     database: Database
     http: httpx.AsyncClient
     verifier: TokenVerifier
+    agent: OpenAIAgentService
     known_users: KnownUsers = field(default_factory=KnownUsers)
 
     @classmethod
     def create(cls, settings: Settings) -> "AppContext":
         http = httpx.AsyncClient()
+        database = Database(settings)
         return cls(
             settings=settings,
-            database=Database(settings),
+            database=database,
             http=http,
             verifier=TokenVerifier(settings, http),
+            agent=OpenAIAgentService.from_settings(settings, database),
         )
 
     async def close(self) -> None:
+        await self.agent.drain(self.settings.shutdown_grace_s)
+        await self.agent.close()
         await self.http.aclose()
         await self.database.dispose()

@@ -17,8 +17,7 @@ _CONNECTIVITY_ERRORS: tuple[type[BaseException], ...] = (
     sa_exc.OperationalError,
     sa_exc.InterfaceError,
     sa_exc.TimeoutError,  # the pool had no connection to give in time
-    ConnectionError,
-    TimeoutError,
+    OSError,  # refused, reset, timed out, or a Unix socket that is gone
 )
 
 

@@ -10,6 +10,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from backend.auth import Identity
 from backend.context import AppContext
 from backend.errors import InvalidToken, UserMismatch
+from backend.services.agent import OpenAIAgentService
 from backend.services.users import upsert_user
 
 
@@ -57,3 +58,10 @@ async def current_user(
 
 
 CurrentUser = Annotated[Identity, Depends(current_user)]
+
+
+def get_agent(context: Context) -> OpenAIAgentService:
+    return context.agent
+
+
+Agent = Annotated[OpenAIAgentService, Depends(get_agent)]

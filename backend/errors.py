@@ -6,6 +6,7 @@ import math
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
 
 logger = logging.getLogger("todo_agent.errors")
 
@@ -114,6 +115,12 @@ async def _validation_error(_: Request, error: Exception) -> JSONResponse:
     return JSONResponse({"detail": details}, 422)
 
 
+async def _data_error(_: Request, error: Exception) -> JSONResponse:
+    # Input the validators let through but PostgreSQL refuses: still the client's data.
+    logger.warning("database refused the data: %s", type(error.__cause__ or error).__name__)
+    return JSONResponse({"detail": "The request contains data that cannot be stored."}, 422)
+
+
 async def _unexpected(_: Request, error: Exception) -> JSONResponse:
     logger.exception("unhandled error", exc_info=error)
     return JSONResponse({"detail": "Internal server error."}, 500)
@@ -122,4 +129,5 @@ async def _unexpected(_: Request, error: Exception) -> JSONResponse:
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(DomainError, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(sa_exc.DataError, _data_error)
     app.add_exception_handler(Exception, _unexpected)

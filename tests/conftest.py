@@ -1,7 +1,9 @@
 """Shared fixtures: a real PostgreSQL with the migrations applied, the app over ASGI, tokens."""
 
 import os
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from backend.embedded_db import EmbeddedPostgres
 from backend.main import create_app
 from backend.migrations import migrate
 from backend.settings import Settings, normalize_database_url
+from tests.fake_openai import FakeOpenAI
 
 TEST_SECRET = "test-secret-" + "x" * 40
 _TABLES = "agent_messages, agent_sessions, tasks, idempotency_keys, users"
@@ -36,8 +39,10 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if url := os.environ.get("TEST_DATABASE_URL"):
         yield normalize_database_url(url)
         return
-    # Stops by itself when the test process exits.
-    yield EmbeddedPostgres(tmp_path_factory.mktemp("embedded")).start()
+    # Outside pytest's private tmp tree (PostgreSQL runs as its own user); it stops by
+    # itself when the test process exits.
+    data_dir = Path(tempfile.mkdtemp(prefix="todo-agent-test-"))
+    yield EmbeddedPostgres(data_dir).start()
 
 
 @pytest.fixture(scope="session")
@@ -55,11 +60,25 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
 @pytest.fixture(autouse=True)
 async def clean_tables(request: pytest.FixtureRequest) -> None:
     """Each test starts from empty tables (only for tests that touch the database)."""
-    if "engine" not in request.fixturenames and "app" not in request.fixturenames:
+    if "engine" not in request.fixturenames:
         return
     engine: AsyncEngine = request.getfixturevalue("engine")
     async with engine.begin() as connection:
         await connection.execute(text(f"TRUNCATE {_TABLES} RESTART IDENTITY CASCADE"))
+
+
+@pytest.fixture(scope="session")
+def fake_openai_server() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        yield server
+
+
+@pytest.fixture
+def model(fake_openai_server: FakeOpenAI) -> FakeOpenAI:
+    """The scripted OpenAI-compatible server, fresh for each test."""
+    fake_openai_server.clear()
+    fake_openai_server.latency_s = 0.0
+    return fake_openai_server
 
 
 @pytest.fixture
@@ -83,6 +102,27 @@ def settings(make_settings: Callable[..., Settings]) -> Settings:
 
 
 @pytest.fixture
+def model_settings(make_settings: Callable[..., Settings], model: FakeOpenAI) -> Settings:
+    """Settings for an app whose model is the scripted server, with quick timeouts."""
+    return make_settings(
+        openai_api_key="sk-test",
+        openai_base_url=model.base_url,
+        openai_timeout_s=2.0,
+        openai_retry_budget_s=3.0,
+    )
+
+
+@asynccontextmanager
+async def serving(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The app with its lifespan running, behind an async client over ASGI."""
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            yield client
+
+
+@pytest.fixture
 async def app(settings: Settings, engine: AsyncEngine) -> AsyncIterator[FastAPI]:
     app = create_app(settings)
     async with app.router.lifespan_context(app):
@@ -91,8 +131,18 @@ async def app(settings: Settings, engine: AsyncEngine) -> AsyncIterator[FastAPI]
 
 @pytest.fixture
 async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """The app with no model configured: chat is answered by the stub responder."""
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        yield client
+
+
+@pytest.fixture
+async def agent_client(
+    model_settings: Settings, engine: AsyncEngine
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The app talking to the scripted model server through the real openai SDK."""
+    async with serving(model_settings) as client:
         yield client
 
 

@@ -27,6 +27,20 @@ def OptionalTimestamp() -> Any:
     return Field(default=None, sa_type=DateTime(timezone=True))
 
 
+def _storable(value: str) -> str:
+    """PostgreSQL text holds neither NUL nor unpaired surrogates; refuse them as bad input."""
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as invalid:
+        raise ValueError("must be valid Unicode text") from invalid
+    return value
+
+
+Text = Annotated[str, AfterValidator(_storable)]
+
+
 def _not_blank(value: str) -> str:
     if not value.strip():
         raise ValueError("must not be blank")
@@ -53,7 +67,7 @@ def _unique(values: list[str]) -> list[str]:
 
 
 Tag = Annotated[
-    str, BeforeValidator(_normalize_tag), StringConstraints(min_length=1, max_length=32)
+    Text, BeforeValidator(_normalize_tag), StringConstraints(min_length=1, max_length=32)
 ]
 NotBlank = AfterValidator(_not_blank)
 Tags = Annotated[list[Tag], PydanticField(max_length=10), AfterValidator(_unique)]

@@ -5,10 +5,10 @@ from datetime import datetime
 from typing import Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import AfterValidator, AliasChoices, Field, StringConstraints
+from pydantic import AfterValidator, AliasChoices, Field, StringConstraints, model_validator
 from sqlmodel import SQLModel
 
-from backend.models._types import NotBlank
+from backend.models._types import NotBlank, Text
 from backend.models.session import Usage
 
 MAX_MESSAGE_CHARS = 10_000
@@ -28,7 +28,9 @@ Timezone = Annotated[
 
 
 class ChatRequest(SQLModel):
-    message: Annotated[str, StringConstraints(min_length=1, max_length=MAX_MESSAGE_CHARS), NotBlank]
+    message: Annotated[
+        Text, StringConstraints(min_length=1, max_length=MAX_MESSAGE_CHARS), NotBlank
+    ]
     session_id: uuid.UUID | None = Field(
         default=None,
         validation_alias=AliasChoices("session_id", "conversation_id"),
@@ -37,6 +39,14 @@ class ChatRequest(SQLModel):
     timezone: Timezone | None = Field(
         default=None, description="IANA name, e.g. Europe/Berlin; remembered for the user."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _either_id(cls, data: Any) -> Any:
+        # {"session_id": null, "conversation_id": "..."} continues that conversation.
+        if isinstance(data, dict) and data.get("session_id") is None:
+            data = {k: v for k, v in data.items() if k != "session_id"}
+        return data
 
 
 class ToolCallPublic(SQLModel):

@@ -15,6 +15,7 @@ from backend.models._types import (
     DueAt,
     OptionalTimestamp,
     Tags,
+    Text,
     Timestamp,
     Title,
 )
@@ -114,9 +115,9 @@ class TasksPublic(SQLModel):
 
 class TaskFilters(SQLModel):
     status: StatusFilter = "all"
-    q: str | None = PydanticField(default=None, max_length=200)
+    q: Text | None = PydanticField(default=None, max_length=200)
     priority: Priority | None = None
-    tag: str | None = PydanticField(default=None, max_length=32)
+    tag: Text | None = PydanticField(default=None, max_length=32)
     due: DueFilter | None = None
     limit: int = PydanticField(default=50, ge=1, le=MAX_PAGE)
     offset: int = PydanticField(default=0, ge=0, le=1_000_000)

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from backend.errors import NotFound
-from backend.models._types import Description, DueAt, Tags, Title
+from backend.models._types import Description, DueAt, Tags, Text, Title
 from backend.models.task import DueFilter, Priority, StatusFilter, Task, TaskCreate, TaskFilters
 from backend.models.task import TaskUpdate as TaskChanges
 from backend.services import tasks
@@ -62,7 +62,7 @@ class ListTodos(ToolArgs):
 
     name = "list_todos"
     status: StatusFilter | None = Field(default=None, description="Defaults to all.")
-    search: str | None = Field(
+    search: Text | None = Field(
         default=None, max_length=200, description="Words to find in title or description."
     )
     due: DueFilter | None = Field(default=None, description="Only overdue, today or this week.")

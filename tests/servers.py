@@ -1,0 +1,90 @@
+"""Real `todo-agent serve` processes, for behaviour that crosses processes."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+TODO_AGENT = str(Path(sys.executable).parent / "todo-agent")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def run_cli(*args: str, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [TODO_AGENT, *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=60
+    )
+
+
+class ServerProcess:
+    """`todo-agent serve` on a free port, with the given environment."""
+
+    def __init__(self, env: Mapping[str, str], *, workers: int = 1, log: Path | None = None):
+        self.env = {**os.environ, **env}
+        self.workers = workers
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 60) -> "ServerProcess":
+        output = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [TODO_AGENT, "serve", "--port", str(self.port), "--workers", str(self.workers)],
+            env=self.env,
+            stdout=output,
+            stderr=subprocess.STDOUT if self.log else subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}: {self.logs()}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.kill()
+        raise RuntimeError(f"server did not start: {self.logs()}")
+
+    def logs(self) -> str:
+        return self.log.read_text() if self.log and self.log.exists() else ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        return self.process.wait(timeout=timeout_s)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def __enter__(self) -> "ServerProcess":
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.process is not None and self.process.poll() is None:
+            try:
+                self.stop(timeout_s=15)
+            except subprocess.TimeoutExpired:
+                self.kill()

@@ -1,0 +1,216 @@
+"""Health, readiness through a database outage, OpenAPI, CORS, configuration and the CLI."""
+
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from backend.embedded_db import EmbeddedPostgres
+from backend.main import create_app
+from backend.migrations import migrate
+from backend.settings import ConfigError, Settings
+from tests.conftest import auth
+from tests.servers import ServerProcess, run_cli
+
+
+async def test_health_answers_while_the_process_runs(client: httpx.AsyncClient) -> None:
+    response = await client.get("/health")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+async def test_ready_when_database_is_at_head(client: httpx.AsyncClient) -> None:
+    response = await client.get("/ready")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ready", "database": True, "migrations": "at head"}
+
+
+@pytest.fixture(scope="module")
+def outage_db() -> Iterator[EmbeddedPostgres]:
+    """A PostgreSQL of our own that the tests may stop and start."""
+    embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="todo-agent-outage-")))
+    embedded.start()
+    yield embedded
+    embedded.start()  # leave it running; it stops with the test process
+
+
+@pytest.fixture
+async def outage_app(
+    outage_db: EmbeddedPostgres, make_settings: Callable[..., Settings]
+) -> AsyncIterator[FastAPI]:
+    app = create_app(make_settings(database_url=outage_db.start()))
+    async with app.router.lifespan_context(app):
+        yield app
+
+
+async def test_ready_is_503_until_migrations_are_applied(
+    outage_db: EmbeddedPostgres, outage_app: FastAPI
+) -> None:
+    transport = httpx.ASGITransport(app=outage_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        before = await client.get("/ready")
+        engine = create_async_engine(outage_db.start())
+        await migrate(engine)
+        await engine.dispose()
+        after = await client.get("/ready")
+    assert before.status_code == 503
+    assert before.json()["migrations"] == "not applied"
+    assert after.status_code == 200
+
+
+async def test_database_outage_answers_503_and_recovers_without_restart(
+    outage_db: EmbeddedPostgres, outage_app: FastAPI
+) -> None:
+    engine = create_async_engine(outage_db.start())
+    await migrate(engine)
+    await engine.dispose()
+    transport = httpx.ASGITransport(app=outage_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        created = await client.post("/api/alice/tasks", json={"title": "a"}, headers=auth("alice"))
+        assert created.status_code == 201
+        assert (await client.get("/ready")).status_code == 200
+
+        outage_db.stop()
+        try:
+            ready = await client.get("/ready")
+            listing = await client.get("/api/alice/tasks", headers=auth("alice"))
+            creating = await client.post(
+                "/api/alice/tasks", json={"title": "b"}, headers=auth("alice")
+            )
+        finally:
+            outage_db.start()
+
+        assert ready.status_code == 503
+        assert ready.headers["Retry-After"]
+        for response in (listing, creating):
+            assert response.status_code == 503, response.text
+            assert response.headers["Retry-After"]
+            assert "unavailable" in response.json()["detail"]
+
+        recovered = [
+            (await client.get("/api/alice/tasks", headers=auth("alice"))).status_code
+            for _ in range(3)
+        ]
+        assert recovered[-1] == 200
+        assert (await client.get("/ready")).status_code == 200
+        listing = await client.get("/api/alice/tasks", headers=auth("alice"))
+        assert [task["title"] for task in listing.json()["data"]] == ["a"]
+
+
+async def test_openapi_has_stable_operation_ids_and_bearer_auth(client: httpx.AsyncClient) -> None:
+    schema = (await client.get("/openapi.json")).json()
+    operation_ids = {
+        operation["operationId"] for path in schema["paths"].values() for operation in path.values()
+    }
+    assert {
+        "health",
+        "ready",
+        "chat",
+        "chatStream",
+        "listSessions",
+        "getSession",
+        "listSessionMessages",
+        "renameSession",
+        "deleteSession",
+        "listTasks",
+        "createTask",
+        "getTask",
+        "updateTask",
+        "replaceTask",
+        "completeTask",
+        "deleteTask",
+    } <= operation_ids
+    assert "HTTPBearer" in schema["components"]["securitySchemes"]
+
+
+async def test_cors_allows_configured_origins_only(
+    make_settings: Callable[..., Settings], engine: object
+) -> None:
+    app = create_app(make_settings(cors_origins="http://localhost:3000,https://app.example"))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            headers = {
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization,content-type",
+            }
+            allowed = await client.options(
+                "/api/alice/chat", headers={"Origin": "http://localhost:3000", **headers}
+            )
+            denied = await client.options(
+                "/api/alice/chat", headers={"Origin": "https://evil.example", **headers}
+            )
+    assert allowed.headers["access-control-allow-origin"] == "http://localhost:3000"
+    assert "access-control-allow-origin" not in denied.headers
+
+
+@pytest.mark.parametrize(
+    ("environment", "message"),
+    [
+        ({}, "DATABASE_URL"),
+        ({"DATABASE_URL": "postgresql://x@h/db"}, "JWT_SECRET"),
+        ({"DATABASE_URL": "postgresql://x@h/db", "JWT_SECRET": "change-me"}, "JWT_SECRET"),
+        ({"DATABASE_URL": "postgresql://x@h/db", "JWT_SECRET": "short"}, "JWT_SECRET"),
+    ],
+)
+def test_production_refuses_to_start_without_real_settings(
+    environment: dict[str, str], message: str
+) -> None:
+    settings = Settings(_env_file=None, environment="production", **environment)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=message):
+        settings.check_production()
+
+
+def test_production_accepts_real_settings() -> None:
+    Settings(
+        _env_file=None,
+        environment="production",
+        database_url="postgresql://x@h/db",
+        jwt_jwks_url="https://auth.example/jwks",
+    ).check_production()
+
+
+def test_database_urls_are_normalized_to_asyncpg() -> None:
+    for url in ("postgres://u@h/d", "postgresql://u@h/d", "postgresql+asyncpg://u@h/d"):
+        assert Settings(_env_file=None, database_url=url).database_url == (
+            "postgresql+asyncpg://u@h/d"
+        )
+
+
+def test_cli_refuses_in_production_and_says_what_to_set(tmp_path: Path) -> None:
+    env = {"ENVIRONMENT": "production", "TODO_AGENT_DATA_DIR": str(tmp_path)}
+    serve = run_cli("serve", "--port", "1", env=env)
+    token = run_cli("token", "alice", env={**env, "DATABASE_URL": "postgresql://x@h/db"})
+    assert serve.returncode == 2
+    assert "DATABASE_URL" in serve.stderr
+    assert token.returncode == 2
+    assert "JWT_SECRET" in token.stderr
+    assert not (tmp_path / "jwt_secret").exists()
+
+
+def test_serve_on_embedded_postgres_with_a_minted_token(tmp_path: Path) -> None:
+    """`make run`'s path: no DATABASE_URL, no secrets; `token` and `serve` agree."""
+    env = {"TODO_AGENT_DATA_DIR": str(tmp_path / "data")}
+    with ServerProcess(env, log=tmp_path / "serve.log") as server:
+        minted = run_cli("token", "alice", "--name", "Alice", env=env)
+        assert minted.returncode == 0, minted.stderr
+        headers = {"Authorization": f"Bearer {minted.stdout.strip()}"}
+        created = httpx.post(
+            f"{server.url}/api/alice/tasks", json={"title": "Buy groceries"}, headers=headers
+        )
+        listing = httpx.get(f"{server.url}/api/alice/tasks", headers=headers)
+        ready = httpx.get(f"{server.url}/ready")
+        expired = run_cli("token", "alice", "--ttl", "-100", env=env)
+        rejected = httpx.get(
+            f"{server.url}/api/alice/tasks",
+            headers={"Authorization": f"Bearer {expired.stdout.strip()}"},
+        )
+    assert created.status_code == 201, server.logs()
+    assert listing.json()["count"] == 1
+    assert ready.status_code == 200
+    assert rejected.status_code == 401
+    assert (tmp_path / "data" / "pgdata" / "PG_VERSION").exists()

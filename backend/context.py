@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from backend import metrics
 from backend.auth import TokenVerifier
 from backend.db import Database
 from backend.services.agent import OpenAIAgentService
@@ -23,7 +24,7 @@ class AppContext:
     @classmethod
     def create(cls, settings: Settings) -> "AppContext":
         http = httpx.AsyncClient()
-        database = Database(settings)
+        database = Database(settings, on_statement=metrics.DB_STATEMENTS.inc)
         return cls(
             settings=settings,
             database=database,

@@ -8,7 +8,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from backend.context import AppContext
 from backend.errors import install_error_handlers
-from backend.routers import chat, health, sessions, tasks
+from backend.routers import chat, health, metrics, sessions, tasks
 from backend.settings import Settings, load_settings
 
 
@@ -41,6 +41,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             max_age=600,
         )
     app.include_router(health.router)
+    app.include_router(metrics.router)
     app.include_router(chat.router)
     app.include_router(sessions.router)
     app.include_router(tasks.router)

@@ -3,7 +3,7 @@
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Header, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -58,6 +58,16 @@ async def current_user(
 
 
 CurrentUser = Annotated[Identity, Depends(current_user)]
+
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        max_length=255,
+        description="A retry with the same key gets the first answer and changes nothing.",
+    ),
+]
 
 
 def get_agent(context: Context) -> OpenAIAgentService:

@@ -62,6 +62,7 @@ class Settings(BaseSettings):
     chat_busy_policy: Literal["wait", "reject"] = "wait"
     chat_busy_wait_s: float = Field(default=30.0, ge=0)
     chat_session_lease_s: float = Field(default=120.0, gt=0)
+    chat_stream_keepalive_s: float = Field(default=15.0, gt=0)
     idempotency_ttl_s: int = Field(default=24 * 3600, gt=0)
 
     log_level: str = "INFO"

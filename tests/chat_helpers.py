@@ -1,5 +1,6 @@
 """Talking to the chat API the way the frontend does."""
 
+import json
 from typing import Any
 
 import httpx
@@ -16,14 +17,11 @@ async def chat(
     expect: int = 200,
     **fields: Any,
 ) -> dict[str, Any]:
-    response = await client.post(
-        f"/api/{user}/chat",
-        json={"message": message, "session_id": session_id, **fields},
-        headers=auth(user),
-    )
+    request = {"message": message, **({"session_id": session_id} if session_id else {}), **fields}
+    response = await client.post(f"/api/{user}/chat", json=request, headers=auth(user))
     assert response.status_code == expect, response.text
-    body: dict[str, Any] = response.json()
-    return body
+    answer: dict[str, Any] = response.json()
+    return answer
 
 
 async def stored_messages(
@@ -49,3 +47,35 @@ async def stored_messages(
 async def task_titles(client: httpx.AsyncClient, *, user: str = "alice") -> list[str]:
     response = await client.get(f"/api/{user}/tasks", params={"limit": 100}, headers=auth(user))
     return [task["title"] for task in response.json()["data"]]
+
+
+def parse_sse(text: str) -> list[tuple[str, Any]]:
+    """Server-sent events as (event, data) pairs; comments (keep-alives) as ("", comment)."""
+    events: list[tuple[str, Any]] = []
+    for frame in text.split("\n\n"):
+        if not frame.strip():
+            continue
+        if frame.startswith(":"):
+            events.append(("", frame[1:].strip()))
+            continue
+        fields = dict(line.split(": ", 1) for line in frame.splitlines() if ": " in line)
+        events.append((fields["event"], json.loads(fields["data"])))
+    return events
+
+
+async def chat_stream(
+    client: httpx.AsyncClient,
+    message: str,
+    *,
+    user: str = "alice",
+    session_id: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> list[tuple[str, Any]]:
+    response = await client.post(
+        f"/api/{user}/chat/stream",
+        json={"message": message, **({"session_id": session_id} if session_id else {})},
+        headers={**auth(user), **(headers or {})},
+    )
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/event-stream")
+    return parse_sse(response.text)

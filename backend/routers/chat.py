@@ -6,26 +6,35 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
-from backend.deps import Agent, CurrentUser
+from backend.deps import Agent, Context, CurrentUser, IdempotencyKey
 from backend.errors import DomainError
 from backend.models.chat import ChatRequest, ChatResponse
 from backend.models.errors import ErrorResponse
 from backend.services.agent import OpenAIAgentService, Turn
+from backend.services.idempotency import Replay, check_key
 
 router = APIRouter(prefix="/api/{user_id}", tags=["chat"])
-KEEPALIVE_S = 15.0
 EventQueue = asyncio.Queue[tuple[str, dict[str, Any]]]
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorResponse} for code in (401, 403, 404, 409, 413, 429, 503)
+    code: {"model": ErrorResponse} for code in (401, 403, 404, 409, 413, 422, 429, 503)
 }
+_REPLAYED = {"Idempotent-Replayed": "true"}
 
 
-@router.post("/chat", operation_id="chat", responses=_ERRORS)
-async def chat(user: CurrentUser, agent: Agent, request: ChatRequest) -> ChatResponse:
+@router.post("/chat", operation_id="chat", response_model=ChatResponse, responses=_ERRORS)
+async def chat(
+    user: CurrentUser, agent: Agent, request: ChatRequest, idempotency_key: IdempotencyKey = None
+) -> Any:
     """Send a message; the agent answers, using tools on the user's todos."""
-    turn = await agent.begin(identity=user, request=request)
+    turn = await agent.begin(
+        identity=user,
+        request=request,
+        idempotency_key=check_key(idempotency_key) if idempotency_key is not None else None,
+    )
+    if isinstance(turn, Replay):
+        return JSONResponse(turn.body, turn.status_code, headers=_REPLAYED)
     # Shielded: if the client goes away, the turn still completes and is stored.
     return await asyncio.shield(agent.start(turn))
 
@@ -43,13 +52,27 @@ async def chat(user: CurrentUser, agent: Agent, request: ChatRequest) -> ChatRes
         **_ERRORS,
     },
 )
-async def chat_stream(user: CurrentUser, agent: Agent, request: ChatRequest) -> StreamingResponse:
+async def chat_stream(
+    user: CurrentUser,
+    agent: Agent,
+    context: Context,
+    request: ChatRequest,
+    idempotency_key: IdempotencyKey = None,
+) -> StreamingResponse:
     """Send a message and receive the answer as server-sent events while it is written."""
-    turn = await agent.begin(identity=user, request=request)
+    turn = await agent.begin(
+        identity=user,
+        request=request,
+        idempotency_key=check_key(idempotency_key) if idempotency_key is not None else None,
+    )
+    if isinstance(turn, Replay):
+        events, headers = _replayed(turn), _REPLAYED
+    else:
+        events, headers = _start_streaming(agent, turn), {}
     return StreamingResponse(
-        _frames(_start_streaming(agent, turn)),
+        _frames(events, keepalive_s=context.settings.chat_stream_keepalive_s),
         media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers},
     )
 
 
@@ -69,11 +92,24 @@ def _start_streaming(agent: OpenAIAgentService, turn: Turn) -> EventQueue:
     return events
 
 
-async def _frames(events: EventQueue) -> AsyncIterator[str]:
+def _replayed(replay: Replay) -> EventQueue:
+    """The stored answer, told again as the events of a stream."""
+    answer = replay.body
+    events: EventQueue = asyncio.Queue()
+    events.put_nowait(("session", {"session_id": answer["session_id"], "replayed": True}))
+    for call, result in zip(answer["tool_calls"], answer["tool_results"], strict=False):
+        events.put_nowait(("tool_call", call))
+        events.put_nowait(("tool_result", result))
+    events.put_nowait(("delta", {"text": answer["response"]}))
+    events.put_nowait(("done", answer))
+    return events
+
+
+async def _frames(events: EventQueue, *, keepalive_s: float) -> AsyncIterator[str]:
     """SSE frames until `done` or `error`; comments keep idle proxies from closing."""
     while True:
         try:
-            event, data = await asyncio.wait_for(events.get(), KEEPALIVE_S)
+            event, data = await asyncio.wait_for(events.get(), keepalive_s)
         except TimeoutError:
             yield ": keep-alive\n\n"
             continue

@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Query, Response, status
 
-from backend.deps import CurrentUser, DbSession
+from backend.deps import Context, CurrentUser, DbSession, IdempotencyKey
 from backend.models.task import (
     TaskCompletion,
     TaskCreate,
@@ -14,6 +14,7 @@ from backend.models.task import (
     TaskUpdate,
 )
 from backend.services import tasks
+from backend.services.idempotency import check_key
 from backend.services.tasks import TaskRef
 
 router = APIRouter(prefix="/api/{user_id}/tasks", tags=["tasks"])
@@ -29,10 +30,23 @@ async def list_tasks(
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, operation_id="createTask")
-async def create_task(user: CurrentUser, db: DbSession, data: TaskCreate) -> TaskPublic:
+async def create_task(
+    user: CurrentUser,
+    db: DbSession,
+    context: Context,
+    data: TaskCreate,
+    idempotency_key: IdempotencyKey = None,
+) -> TaskPublic:
     """Create a task; it gets the user's next task number."""
-    task = await tasks.create_task(db=db, owner=user.user_id, data=data)
-    return TaskPublic.model_validate(task)
+    if idempotency_key is not None:
+        return await tasks.create_task_once(
+            db=db,
+            owner=user.user_id,
+            data=data,
+            key=check_key(idempotency_key),
+            ttl_s=context.settings.idempotency_ttl_s,
+        )
+    return TaskPublic.model_validate(await tasks.create_task(db=db, owner=user.user_id, data=data))
 
 
 @router.get("/{task_id}", operation_id="getTask")

@@ -32,7 +32,8 @@ from backend.db import Database
 from backend.errors import DatabaseUnavailable, RateLimited, SessionBusy
 from backend.models.chat import ChatRequest, ChatResponse, ToolCallPublic, ToolResultPublic
 from backend.models.session import Usage
-from backend.services import turns
+from backend.services import idempotency, turns
+from backend.services.idempotency import Replay
 from backend.services.stub import StubResponder
 from backend.services.tools import TodoTools, ToolResult, error
 from backend.settings import Settings
@@ -93,6 +94,7 @@ class Turn:
     usage: Usage = field(default_factory=Usage)
     emit: Emit | None = None
     lease_lost: bool = False
+    idempotency_key: str | None = None
 
     def send(self, event: str, data: dict[str, Any]) -> None:
         if self.emit is not None:
@@ -145,9 +147,12 @@ class OpenAIAgentService:
 
     # -- begin ----------------------------------------------------------------------------
 
-    async def begin(self, *, identity: Identity, request: ChatRequest) -> Turn:
+    async def begin(
+        self, *, identity: Identity, request: ChatRequest, idempotency_key: str | None = None
+    ) -> Turn | Replay:
         """Store the user message and take the session, waiting for a busy one if the
-        policy says so. Raises SessionNotFound (404), SessionBusy (409), RateLimited (429)."""
+        policy says so. Raises SessionNotFound (404), SessionBusy (409), RateLimited (429);
+        a repeated Idempotency-Key gets the first answer back instead (a Replay)."""
         settings = self._settings
         deadline = time.monotonic() + (
             settings.chat_busy_wait_s if settings.chat_busy_policy == "wait" else 0.0
@@ -156,7 +161,22 @@ class OpenAIAgentService:
         while True:
             try:
                 async with self._database.transaction() as db:
-                    return await self._open(db, identity=identity, request=request)
+                    if idempotency_key is not None:
+                        replay = await idempotency.claim(
+                            db,
+                            owner=identity.user_id,
+                            key=idempotency_key,
+                            fingerprint=idempotency.request_hash(
+                                "chat", request.model_dump(mode="json")
+                            ),
+                            ttl_s=settings.idempotency_ttl_s,
+                            lock_s=settings.chat_session_lease_s,
+                        )
+                        if replay is not None:
+                            return replay
+                    turn = await self._open(db, identity=identity, request=request)
+                    turn.idempotency_key = idempotency_key
+                    return turn
             except _SessionTaken:
                 if time.monotonic() + pause > deadline:
                     raise SessionBusy() from None
@@ -229,26 +249,14 @@ class OpenAIAgentService:
             {"session_id": str(turn.session_id), "user_message_id": str(turn.user_message_id)},
         )
         heartbeat = asyncio.create_task(self._keep_lease(turn))
-        finished = False
+        response = None
         try:
             text, using_stub = await self._answer(turn)
-            timestamp = await self._finish(turn, text, using_stub)
-            finished = True
+            response = await self._finish(turn, text, using_stub)
         finally:
             heartbeat.cancel()
-            if not finished:
+            if response is None:
                 await self._release(turn)
-        response = ChatResponse(
-            session_id=turn.session_id,
-            conversation_id=turn.session_id,
-            message_id=turn.assistant_message_id,
-            response=text,
-            timestamp=timestamp,
-            tool_calls=turn.calls,
-            tool_results=turn.results,
-            using_stub=using_stub,
-            usage=turn.usage,
-        )
         turn.send("done", response.model_dump(mode="json"))
         return response
 
@@ -436,9 +444,10 @@ class OpenAIAgentService:
 
     # -- finish ---------------------------------------------------------------------------
 
-    async def _finish(self, turn: Turn, text: str, using_stub: bool) -> datetime:
-        """Store the reply; if the database blinks right now, keep trying for a little while
-        rather than lose an answer whose effects are already committed."""
+    async def _finish(self, turn: Turn, text: str, using_stub: bool) -> ChatResponse:
+        """Store the reply (and the idempotent answer with it); if the database blinks right
+        now, keep trying for a little while rather than lose an answer whose effects are
+        already committed."""
         async for attempt in AsyncRetrying(
             wait=lambda state: min(0.2 * 2**state.attempt_number, 2.0),
             stop=lambda state: (state.seconds_since_start or 0.0) > 10,
@@ -447,7 +456,7 @@ class OpenAIAgentService:
         ):
             with attempt:
                 async with self._database.transaction() as db:
-                    return await turns.finish(
+                    timestamp = await turns.finish(
                         db,
                         owner=turn.owner,
                         session_id=turn.session_id,
@@ -457,6 +466,26 @@ class OpenAIAgentService:
                         using_stub=using_stub,
                         usage=turn.usage,
                     )
+                    response = ChatResponse(
+                        session_id=turn.session_id,
+                        conversation_id=turn.session_id,
+                        message_id=turn.assistant_message_id,
+                        response=text,
+                        timestamp=timestamp,
+                        tool_calls=turn.calls,
+                        tool_results=turn.results,
+                        using_stub=using_stub,
+                        usage=turn.usage,
+                    )
+                    if turn.idempotency_key is not None:
+                        await idempotency.store(
+                            db,
+                            owner=turn.owner,
+                            key=turn.idempotency_key,
+                            status_code=200,
+                            body=response.model_dump(mode="json"),
+                        )
+                    return response
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _keep_lease(self, turn: Turn) -> None:

@@ -22,6 +22,7 @@ from backend.models.task import (
     TaskUpdate,
 )
 from backend.models.user import User
+from backend.services import idempotency
 
 _TASK_REF = re.compile(r"^\s*(?:task\s*)?#?\s*(\d{1,9})\s*$", re.IGNORECASE)
 
@@ -105,6 +106,25 @@ async def create_task(
         .returning(Task)
     )
     return (await db.exec(statement)).scalars().one()  # type: ignore[no-any-return]
+
+
+async def create_task_once(
+    *, db: AsyncSession, owner: str, data: TaskCreate, key: str, ttl_s: float
+) -> TaskPublic:
+    """Create a task at most once per Idempotency-Key: a retry gets the first task back.
+    The key is claimed and answered in this one transaction, so a concurrent retry waits
+    for it and then replays."""
+    fingerprint = idempotency.request_hash("tasks.create", data.model_dump(mode="json"))
+    replay = await idempotency.claim(
+        db, owner=owner, key=key, fingerprint=fingerprint, ttl_s=ttl_s, lock_s=ttl_s
+    )
+    if replay is not None:
+        return TaskPublic.model_validate(replay.body)
+    task = TaskPublic.model_validate(await create_task(db=db, owner=owner, data=data))
+    await idempotency.store(
+        db, owner=owner, key=key, status_code=201, body=task.model_dump(mode="json")
+    )
+    return task
 
 
 def _conditions(owner: str, filters: TaskFilters, tz: ZoneInfo) -> list[ColumnElement[bool]]:

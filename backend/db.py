@@ -21,15 +21,29 @@ _CONNECTIVITY_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+# SQLSTATEs that mean the server is going, gone or full, not that the query was wrong.
+_UNAVAILABLE_SQLSTATES = ("08", "57P01", "57P02", "57P03", "53300")
+
+
 def is_database_unavailable(error: BaseException) -> bool:
-    if isinstance(error, sa_exc.DBAPIError) and error.connection_invalidated:
-        return True
-    if isinstance(error, _CONNECTIVITY_ERRORS):
-        return True
-    # asyncpg raises these outside SQLAlchemy's wrapping when a connect fails.
-    return type(error).__module__.startswith("asyncpg") and (
-        "Connection" in type(error).__name__ or "CannotConnectNow" in type(error).__name__
-    )
+    """Whether `error` (or what caused it) says the database is unreachable right now."""
+    seen: BaseException | None = error
+    for _ in range(8):  # follow the wrapping chain: SQLAlchemy -> adapter -> asyncpg
+        if seen is None:
+            return False
+        if isinstance(seen, sa_exc.DBAPIError) and seen.connection_invalidated:
+            return True
+        if isinstance(seen, _CONNECTIVITY_ERRORS):
+            return True
+        sqlstate = getattr(seen, "sqlstate", None)
+        if isinstance(sqlstate, str) and sqlstate.startswith(_UNAVAILABLE_SQLSTATES):
+            return True
+        if type(seen).__module__.startswith("asyncpg") and (
+            "Connection" in type(seen).__name__ or type(seen).__name__ == "InterfaceError"
+        ):
+            return True
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return False
 
 
 class Database:

@@ -46,6 +46,15 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def outage_db() -> Iterator[EmbeddedPostgres]:
+    """A PostgreSQL of our own that a test may stop and start (not migrated here)."""
+    embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="todo-agent-outage-")))
+    embedded.start()
+    yield embedded
+    embedded.start()  # leave it running; it stops with the test process
+
+
+@pytest.fixture(scope="session")
 async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
     """An engine on a freshly migrated schema (Alembic, exactly as `todo-agent migrate`)."""
     engine = create_async_engine(database_url)

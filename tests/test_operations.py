@@ -1,12 +1,14 @@
 """Health, readiness through a database outage, OpenAPI, CORS, configuration and the CLI."""
 
+import shutil
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from backend.embedded_db import EmbeddedPostgres
@@ -29,15 +31,6 @@ async def test_ready_when_database_is_at_head(client: httpx.AsyncClient) -> None
     assert response.json() == {"status": "ready", "database": True, "migrations": "at head"}
 
 
-@pytest.fixture(scope="module")
-def outage_db() -> Iterator[EmbeddedPostgres]:
-    """A PostgreSQL of our own that the tests may stop and start."""
-    embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="todo-agent-outage-")))
-    embedded.start()
-    yield embedded
-    embedded.start()  # leave it running; it stops with the test process
-
-
 @pytest.fixture
 async def outage_app(
     outage_db: EmbeddedPostgres, make_settings: Callable[..., Settings]
@@ -50,13 +43,16 @@ async def outage_app(
 async def test_ready_is_503_until_migrations_are_applied(
     outage_db: EmbeddedPostgres, outage_app: FastAPI
 ) -> None:
+    engine = create_async_engine(outage_db.start())
+    async with engine.begin() as connection:
+        await connection.execute(text("DROP SCHEMA public CASCADE"))
+        await connection.execute(text("CREATE SCHEMA public"))
     transport = httpx.ASGITransport(app=outage_app)
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
         before = await client.get("/ready")
-        engine = create_async_engine(outage_db.start())
         await migrate(engine)
-        await engine.dispose()
         after = await client.get("/ready")
+    await engine.dispose()
     assert before.status_code == 503
     assert before.json()["migrations"] == "not applied"
     assert after.status_code == 200
@@ -194,7 +190,8 @@ def test_cli_refuses_in_production_and_says_what_to_set(tmp_path: Path) -> None:
 
 def test_serve_on_embedded_postgres_with_a_minted_token(tmp_path: Path) -> None:
     """`make run`'s path: no DATABASE_URL, no secrets; `token` and `serve` agree."""
-    env = {"TODO_AGENT_DATA_DIR": str(tmp_path / "data")}
+    data_dir = Path(tempfile.mkdtemp(prefix="todo-agent-serve-"))  # PostgreSQL runs as its own user
+    env = {"TODO_AGENT_DATA_DIR": str(data_dir)}
     with ServerProcess(env, log=tmp_path / "serve.log") as server:
         minted = run_cli("token", "alice", "--name", "Alice", env=env)
         assert minted.returncode == 0, minted.stderr
@@ -213,4 +210,5 @@ def test_serve_on_embedded_postgres_with_a_minted_token(tmp_path: Path) -> None:
     assert listing.json()["count"] == 1
     assert ready.status_code == 200
     assert rejected.status_code == 401
-    assert (tmp_path / "data" / "pgdata" / "PG_VERSION").exists()
+    assert (data_dir / "pgdata" / "PG_VERSION").exists()
+    shutil.rmtree(data_dir, ignore_errors=True)

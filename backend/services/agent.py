@@ -16,10 +16,10 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from zoneinfo import ZoneInfo
 
 import openai
@@ -45,6 +45,9 @@ Emit = Callable[[str, dict[str, Any]], None]
 ToolChoice = Literal["auto", "none"]
 
 _TRANSIENT_STATUS = frozenset({408, 409, 429})
+# How long an accepted turn keeps retrying a database step through an outage.
+OUTAGE_BUDGET_S = 10.0
+T = TypeVar("T")
 
 
 class _SessionTaken(Exception):
@@ -115,6 +118,7 @@ class OpenAIAgentService:
         self._client = client
         self._stub = stub or StubResponder()
         self._running: set[asyncio.Task[ChatResponse]] = set()
+        self._chores: set[asyncio.Task[None]] = set()
 
     @classmethod
     def from_settings(cls, settings: Settings, database: Database) -> "OpenAIAgentService":
@@ -135,6 +139,11 @@ class OpenAIAgentService:
         self._running.add(task)
         task.add_done_callback(self._running.discard)
         return task
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._chores.add(task)
+        task.add_done_callback(self._chores.discard)
 
     async def drain(self, timeout_s: float) -> None:
         """Let in-flight turns finish (graceful shutdown)."""
@@ -188,6 +197,14 @@ class OpenAIAgentService:
         owner = identity.user_id
         turn_id = uuid.uuid4()
         lease_s = settings.chat_session_lease_s
+        admission = await turns.admit(
+            db,
+            owner=owner,
+            timezone=request.timezone,
+            per_minute=settings.chat_rate_limit_per_minute,
+        )
+        if not admission.allowed:
+            raise RateLimited(retry_after_s=admission.retry_after_s)
         if request.session_id is None:
             session_id = await turns.create_session(
                 db,
@@ -202,14 +219,6 @@ class OpenAIAgentService:
                 db, owner=owner, session_id=session_id, turn_id=turn_id, lease_s=lease_s
             ):
                 raise _SessionTaken()
-        admission = await turns.admit(
-            db,
-            owner=owner,
-            timezone=request.timezone,
-            per_minute=settings.chat_rate_limit_per_minute,
-        )
-        if not admission.allowed:
-            raise RateLimited(retry_after_s=admission.retry_after_s)
         user_message_id, _ = await turns.add_user_message(
             db, owner=owner, session_id=session_id, content=request.message
         )
@@ -252,11 +261,11 @@ class OpenAIAgentService:
         response = None
         try:
             text, using_stub = await self._answer(turn)
-            response = await self._finish(turn, text, using_stub)
+            response = await _riding_out_outages(lambda: self._finish(turn, text, using_stub))
         finally:
             heartbeat.cancel()
             if response is None:
-                await self._release(turn)
+                self._background(self._release_later(turn))
         turn.send("done", response.model_dump(mode="json"))
         return response
 
@@ -319,13 +328,13 @@ class OpenAIAgentService:
         call = ToolCallPublic(id=call_id, name=name, arguments=_arguments(arguments))
         turn.send("tool_call", call.model_dump(mode="json"))
         try:
-            result = await self._run_and_record(turn, call, parsed)
+            result = await _riding_out_outages(lambda: self._run_and_record(turn, call, parsed))
         except DatabaseUnavailable:
             raise
         except Exception:
             logger.exception("tool failed", extra={"tool": name})
             result = error("The tool failed unexpectedly; nothing was changed.")
-            await self._run_and_record(turn, call, result)
+            await _riding_out_outages(lambda: self._run_and_record(turn, call, result))
         turn.calls.append(call)
         record = ToolResultPublic(tool_call_id=call_id, name=name, result=result)
         turn.results.append(record)
@@ -445,48 +454,38 @@ class OpenAIAgentService:
     # -- finish ---------------------------------------------------------------------------
 
     async def _finish(self, turn: Turn, text: str, using_stub: bool) -> ChatResponse:
-        """Store the reply (and the idempotent answer with it); if the database blinks right
-        now, keep trying for a little while rather than lose an answer whose effects are
-        already committed."""
-        async for attempt in AsyncRetrying(
-            wait=lambda state: min(0.2 * 2**state.attempt_number, 2.0),
-            stop=lambda state: (state.seconds_since_start or 0.0) > 10,
-            retry=retry_if_exception_type(DatabaseUnavailable),
-            reraise=True,
-        ):
-            with attempt:
-                async with self._database.transaction() as db:
-                    timestamp = await turns.finish(
-                        db,
-                        owner=turn.owner,
-                        session_id=turn.session_id,
-                        message_id=turn.assistant_message_id,
-                        turn_id=turn.id,
-                        content=text,
-                        using_stub=using_stub,
-                        usage=turn.usage,
-                    )
-                    response = ChatResponse(
-                        session_id=turn.session_id,
-                        conversation_id=turn.session_id,
-                        message_id=turn.assistant_message_id,
-                        response=text,
-                        timestamp=timestamp,
-                        tool_calls=turn.calls,
-                        tool_results=turn.results,
-                        using_stub=using_stub,
-                        usage=turn.usage,
-                    )
-                    if turn.idempotency_key is not None:
-                        await idempotency.store(
-                            db,
-                            owner=turn.owner,
-                            key=turn.idempotency_key,
-                            status_code=200,
-                            body=response.model_dump(mode="json"),
-                        )
-                    return response
-        raise AssertionError("unreachable")  # pragma: no cover
+        """Store the reply, and the idempotent answer with it."""
+        async with self._database.transaction() as db:
+            timestamp = await turns.finish(
+                db,
+                owner=turn.owner,
+                session_id=turn.session_id,
+                message_id=turn.assistant_message_id,
+                turn_id=turn.id,
+                content=text,
+                using_stub=using_stub,
+                usage=turn.usage,
+            )
+            response = ChatResponse(
+                session_id=turn.session_id,
+                conversation_id=turn.session_id,
+                message_id=turn.assistant_message_id,
+                response=text,
+                timestamp=timestamp,
+                tool_calls=turn.calls,
+                tool_results=turn.results,
+                using_stub=using_stub,
+                usage=turn.usage,
+            )
+            if turn.idempotency_key is not None:
+                await idempotency.store(
+                    db,
+                    owner=turn.owner,
+                    key=turn.idempotency_key,
+                    status_code=200,
+                    body=response.model_dump(mode="json"),
+                )
+        return response
 
     async def _keep_lease(self, turn: Turn) -> None:
         """Renew the session lease while a long turn runs, so only a dead process loses it."""
@@ -507,10 +506,17 @@ class OpenAIAgentService:
                 logger.warning("could not renew the session lease")
 
     async def _release(self, turn: Turn) -> None:
+        async with self._database.transaction() as db:
+            await turns.release_lease(db, session_id=turn.session_id, turn_id=turn.id)
+
+    async def _release_later(self, turn: Turn) -> None:
+        """Free the session of a turn that failed; if the database is down, keep trying in
+        the background (the lease would expire anyway, but later)."""
         try:
-            async with self._database.transaction() as db:
-                await turns.release_lease(db, session_id=turn.session_id, turn_id=turn.id)
-        except Exception:  # the lease expires by itself
+            await _riding_out_outages(
+                lambda: self._release(turn), budget_s=self._settings.chat_session_lease_s
+            )
+        except Exception:
             logger.warning("could not release the session lease", exc_info=True)
 
     def _summary(self, turn: Turn, *, unreachable: bool = True) -> str:
@@ -526,6 +532,23 @@ class OpenAIAgentService:
                 '"Add a task to buy milk" or "Show my tasks".'
             )
         return "Sorry, I don't have an answer to that."
+
+
+async def _riding_out_outages(
+    step: Callable[[], Awaitable[T]], *, budget_s: float = OUTAGE_BUDGET_S
+) -> T:
+    """Run a database step of an accepted turn, retrying while the database is briefly
+    away: the user message is already stored, so giving up would leave the turn half
+    answered. Each step is one transaction, so a retry never doubles an effect."""
+    async for attempt in AsyncRetrying(
+        wait=lambda state: min(0.2 * 2**state.attempt_number, 2.0),
+        stop=lambda state: (state.seconds_since_start or 0.0) > budget_s,
+        retry=retry_if_exception_type(DatabaseUnavailable),
+        reraise=True,
+    ):
+        with attempt:
+            return await step()
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def system_prompt(name: str | None, tz: ZoneInfo, now: datetime | None = None) -> str:

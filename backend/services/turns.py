@@ -38,7 +38,9 @@ class Admission:
 
 # GCRA over the user row: `chat_tat` is when the user's "bucket" is next empty. A turn is
 # admitted when that is at most `tau` ahead of now (a burst of `per_minute` turns), and then
-# moves it `interval` further. The row lock makes it exact across replicas.
+# moves it `interval` further. The row lock makes it exact across replicas; it is a NO KEY
+# UPDATE lock so that it does not conflict with the KEY SHARE locks that inserting a session
+# (a foreign key to users) takes in a concurrent turn of the same user.
 _ADMIT = text(
     """
     UPDATE users AS u SET
@@ -50,7 +52,7 @@ _ADMIT = text(
                GREATEST(COALESCE(chat_tat, now()), now()) AS base,
                GREATEST(COALESCE(chat_tat, now()), now()) - now()
                    <= make_interval(secs => :tau) AS allowed
-        FROM users WHERE id = :owner FOR UPDATE
+        FROM users WHERE id = :owner FOR NO KEY UPDATE
     ) AS g
     WHERE u.id = g.id
     RETURNING u.name, u.timezone, g.allowed,

@@ -2,10 +2,22 @@
 
 import argparse
 import asyncio
+import contextlib
+import logging
+import math
 import os
+import shutil
+import signal
 import sys
+import tempfile
+from collections.abc import Iterator
+from types import FrameType
 
+from backend.logs import configure_logging
+from backend.metrics import MULTIPROC_DIR_ENV
 from backend.settings import ConfigError, Settings, load_settings
+
+logger = logging.getLogger("todo_agent.cli")
 
 
 def _database_url(settings: Settings) -> str:
@@ -17,7 +29,7 @@ def _database_url(settings: Settings) -> str:
     from backend.embedded_db import EmbeddedPostgres
 
     url = EmbeddedPostgres(settings.data_dir).start()
-    print(f"todo-agent: embedded PostgreSQL under {settings.data_dir}/pgdata", file=sys.stderr)
+    logger.info("embedded PostgreSQL", extra={"pgdata": str(settings.data_dir / "pgdata")})
     return url
 
 
@@ -36,29 +48,67 @@ def _migrate(url: str) -> None:
     asyncio.run(run())
 
 
+@contextlib.contextmanager
+def _metrics_dir(settings: Settings, workers: int) -> Iterator[None]:
+    """Worker processes share their metrics through files: in PROMETHEUS_MULTIPROC_DIR when
+    configured (it must start empty), else with several workers in a fresh directory that
+    goes when they do. Exported before the workers start: prometheus_client reads it when
+    it is imported."""
+    if settings.prometheus_multiproc_dir is not None:
+        settings.prometheus_multiproc_dir.mkdir(parents=True, exist_ok=True)
+        os.environ[MULTIPROC_DIR_ENV] = str(settings.prometheus_multiproc_dir)
+        yield
+        return
+    if workers <= 1:
+        yield
+        return
+    path = tempfile.mkdtemp(prefix="todo-agent-metrics-")
+    os.environ[MULTIPROC_DIR_ENV] = path
+    try:
+        yield
+    finally:
+        del os.environ[MULTIPROC_DIR_ENV]
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _exit_cleanly(signum: int, _: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
 def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     settings = load_settings()
+    configure_logging(settings.log_level)
     url = _database_url(settings)
     # Workers build their own settings from the environment; they must find the same database.
     os.environ["DATABASE_URL"] = url
     _migrate(url)
     if not settings.openai_api_key:
-        print("todo-agent: no OPENAI_API_KEY; answering with the stub responder", file=sys.stderr)
-    uvicorn.run(
-        "backend.main:create_app",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        proxy_headers=True,
-        timeout_graceful_shutdown=int(settings.shutdown_grace_s),
-    )
+        logger.warning("no OPENAI_API_KEY; answering with the stub responder")
+    with _metrics_dir(settings, args.workers):
+        # uvicorn handles SIGTERM / SIGINT while it serves: it stops accepting, lets
+        # in-flight requests finish (up to the grace period), runs the lifespan shutdown
+        # (which drains background turns), then raises the signal again for the previous
+        # handler. That handler is this one: a graceful stop exits 0, not "killed by signal".
+        for stop in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(stop, _exit_cleanly)
+        uvicorn.run(
+            "backend.main:create_app",
+            factory=True,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            proxy_headers=True,
+            log_config=None,  # ours (backend.logs), set up here and by the app factory
+            access_log=False,  # backend.middleware writes one line per request instead
+            timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),
+        )
 
 
 def migrate(_: argparse.Namespace) -> None:
     settings = load_settings()
+    configure_logging(settings.log_level)
     _migrate(_database_url(settings))
     print("todo-agent: migrations at head", file=sys.stderr)
 

@@ -5,15 +5,32 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp
 
 from backend.context import AppContext
 from backend.errors import install_error_handlers
+from backend.logs import configure_logging
+from backend.metrics import release_process_metrics
+from backend.middleware import RequestMiddleware
 from backend.routers import chat, health, metrics, sessions, tasks
 from backend.settings import Settings, load_settings
 
 
+class _App(FastAPI):
+    """FastAPI with RequestMiddleware outside everything, Starlette's server-error handler
+    included: a 500 too carries X-Request-ID and is logged and counted with its status."""
+
+    max_request_bytes: int
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return RequestMiddleware(
+            super().build_middleware_stack(), max_body_bytes=self.max_request_bytes
+        )
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
+    configure_logging(settings.log_level)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -23,13 +40,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await context.close()
+            release_process_metrics()
 
-    app = FastAPI(
+    app = _App(
         title="todo-agent",
         version="0.1.0",
         description="Manage todos in plain language: a multi-tenant chat agent service.",
         lifespan=lifespan,
     )
+    app.max_request_bytes = settings.max_request_bytes
     install_error_handlers(app)
     if settings.cors_origins:
         app.add_middleware(

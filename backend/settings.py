@@ -65,10 +65,17 @@ class Settings(BaseSettings):
     chat_stream_keepalive_s: float = Field(default=15.0, gt=0)
     idempotency_ttl_s: int = Field(default=24 * 3600, gt=0)
 
-    log_level: str = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     shutdown_grace_s: float = Field(default=30.0, ge=0)
+    # Where worker processes share Prometheus samples; `serve` exports it to the workers.
+    prometheus_multiproc_dir: Path | None = None
 
     _split_lists = field_validator("jwt_algorithms", "cors_origins", mode="before")(_comma_list)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_name(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
 
     @field_validator("database_url")
     @classmethod

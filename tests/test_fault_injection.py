@@ -77,7 +77,7 @@ async def _send(
     return done
 
 
-FAULTS = {
+FAULTS: dict[str, list[Step]] = {
     "429-storm": [error(429, headers={"Retry-After": "0"})] * 6,
     "500s": [error(500)] * 6,
     "hang-past-timeout": [hang()] * 6,
@@ -213,11 +213,11 @@ async def test_database_stopped_mid_run_loses_no_accepted_message(
         stored_user_messages: set[str] = set()
         stored_replies: set[str] = set()
         for session_id in {r.json()["session_id"] for _, r in results if r.status_code == 200}:
-            for message in await stored_messages(http, session_id, user=user):
-                if message["role"] == "user":
-                    stored_user_messages.add(message["content"])
+            for stored in await stored_messages(http, session_id, user=user):
+                if stored["role"] == "user":
+                    stored_user_messages.add(stored["content"])
                 else:
-                    stored_replies.add(message["content"])
+                    stored_replies.add(stored["content"])
         for message, response in results:
             if response.status_code == 200:
                 assert message in stored_user_messages

@@ -27,15 +27,17 @@ from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionMessageParam
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
+from backend import metrics
 from backend.auth import Identity
 from backend.db import Database
 from backend.errors import DatabaseUnavailable, RateLimited, SessionBusy
+from backend.logs import log_model_call, log_turn
 from backend.models.chat import ChatRequest, ChatResponse, ToolCallPublic, ToolResultPublic
 from backend.models.session import Usage
 from backend.services import idempotency, turns
 from backend.services.idempotency import Replay
 from backend.services.stub import StubResponder
-from backend.services.tools import TodoTools, ToolResult, error
+from backend.services.tools import TOOL_NAMES, TodoTools, ToolResult, error
 from backend.settings import Settings
 
 logger = logging.getLogger("todo_agent.agent")
@@ -98,6 +100,8 @@ class Turn:
     emit: Emit | None = None
     lease_lost: bool = False
     idempotency_key: str | None = None
+    model_calls: int = 0
+    model_seconds: float = 0.0
 
     def send(self, event: str, data: dict[str, Any]) -> None:
         if self.emit is not None:
@@ -253,6 +257,27 @@ class OpenAIAgentService:
 
     async def run(self, turn: Turn) -> ChatResponse:
         """Answer the turn and store the reply. The session is released whatever happens."""
+        with metrics.track_turn() as tracked:
+            try:
+                response = await self._run(turn)
+                tracked.outcome = "stub" if response.using_stub else "model"
+                if response.using_stub:
+                    metrics.record_stub_fallback(turn.fallback_reason or "unknown")
+                return response
+            finally:
+                log_turn(
+                    session_id=turn.session_id,
+                    outcome=tracked.outcome,
+                    latency_ms=tracked.elapsed_s * 1000,
+                    model_ms=turn.model_seconds * 1000,
+                    model_calls=turn.model_calls,
+                    tools=[call.name for call in turn.calls],
+                    fallback_reason=turn.fallback_reason,
+                    prompt_tokens=turn.usage.prompt_tokens,
+                    completion_tokens=turn.usage.completion_tokens,
+                )
+
+    async def _run(self, turn: Turn) -> ChatResponse:
         turn.send(
             "session",
             {"session_id": str(turn.session_id), "user_message_id": str(turn.user_message_id)},
@@ -335,6 +360,9 @@ class OpenAIAgentService:
             logger.exception("tool failed", extra={"tool": name})
             result = error("The tool failed unexpectedly; nothing was changed.")
             await _riding_out_outages(lambda: self._run_and_record(turn, call, result))
+        metrics.record_tool_call(
+            name if name in TOOL_NAMES else "unknown", ok=result.get("status") != "error"
+        )
         turn.calls.append(call)
         record = ToolResultPublic(tool_call_id=call_id, name=name, result=result)
         turn.results.append(record)
@@ -378,11 +406,45 @@ class OpenAIAgentService:
                 wait=wait, stop=stop, retry=retry_if_exception_type(_Transient), reraise=True
             ):
                 with attempt:
-                    reply = await self._call_model(turn, tool_choice)
+                    reply = await self._observed_call(turn, tool_choice)
         except _Transient as failure:
             raise ModelUnavailable(failure.reason) from failure
         turn.usage = _add(turn.usage, reply.usage)
         return reply
+
+    async def _observed_call(self, turn: Turn, tool_choice: ToolChoice) -> ModelReply:
+        """One model call, counted and logged whatever its outcome."""
+        started = time.perf_counter()
+        outcome, reply = "error", None
+        try:
+            reply = await self._call_model(turn, tool_choice)
+            outcome = "ok"
+            return reply
+        except (_Transient, ModelUnavailable) as failure:
+            outcome = failure.reason
+            raise
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            seconds = time.perf_counter() - started
+            turn.model_calls += 1
+            turn.model_seconds += seconds
+            usage = reply.usage if reply is not None else Usage()
+            metrics.record_model_call(
+                seconds=seconds,
+                outcome=outcome,
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+            )
+            log_model_call(
+                session_id=turn.session_id,
+                latency_ms=seconds * 1000,
+                outcome=outcome,
+                tools=[name for _, name, _ in reply.tool_calls] if reply is not None else [],
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+            )
 
     async def _call_model(self, turn: Turn, tool_choice: ToolChoice) -> ModelReply:
         """Call the model once; classify what goes wrong."""

@@ -127,6 +127,7 @@ TOOL_MODELS: tuple[type[ToolArgs], ...] = (
     GetUserContext,
 )
 _BY_NAME = {model.name: model for model in TOOL_MODELS}
+TOOL_NAMES = frozenset(_BY_NAME)
 
 
 def _strict(schema: Any) -> Any:

@@ -1,6 +1,9 @@
 """The sessions API: listing, reading, renaming, deleting; always the owner's only."""
 
 import asyncio
+import base64
+import json
+import uuid
 from pathlib import Path
 
 import httpx
@@ -104,14 +107,23 @@ async def test_another_users_session_is_not_found_on_every_route(
     assert own.json()["title"] == "Add a task to plan the surprise"
 
 
+def _cursor(value: object) -> str:
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode()
+
+
 async def test_bad_ids_and_cursors_are_422(client: httpx.AsyncClient) -> None:
     session_id = (await chat(client, "hi"))["session_id"]
     cases: list[tuple[str, dict[str, str | int]]] = [
         ("/api/alice/sessions/not-a-uuid", {}),
         ("/api/alice/sessions", {"cursor": "%%%"}),
-        ("/api/alice/sessions", {"cursor": "WzFd"}),
+        ("/api/alice/sessions", {"cursor": _cursor([1])}),
+        ("/api/alice/sessions", {"cursor": _cursor(["x", 1])}),
+        (
+            "/api/alice/sessions",
+            {"cursor": _cursor(["2026-01-01T00:00:00", str(uuid.UUID(int=0))])},
+        ),
         ("/api/alice/sessions", {"limit": 0}),
-        (f"/api/alice/sessions/{session_id}/messages", {"cursor": "InNlcSI"}),
+        (f"/api/alice/sessions/{session_id}/messages", {"cursor": _cursor("seq")}),
         (f"/api/alice/sessions/{session_id}/messages", {"limit": 1000}),
     ]
     for path, params in cases:

@@ -59,10 +59,18 @@ async def list_sessions(
     statement = select(AgentSession).where(col(AgentSession.user_id) == owner)
     if cursor:
         position = _decode(cursor)
+        if not (
+            isinstance(position, list)
+            and len(position) == 2
+            and all(isinstance(part, str) for part in position)
+        ):
+            raise InvalidCursor()
         try:
             after = (datetime.fromisoformat(position[0]), uuid.UUID(position[1]))
-        except (TypeError, ValueError, IndexError, KeyError) as invalid:
+        except ValueError as invalid:
             raise InvalidCursor() from invalid
+        if after[0].tzinfo is None:
+            raise InvalidCursor()
         statement = statement.where(
             tuple_(col(AgentSession.updated_at), col(AgentSession.id)) < tuple_(*after)
         )

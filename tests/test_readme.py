@@ -1,0 +1,47 @@
+"""The README's walk-through works verbatim against `todo-agent serve`."""
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from tests.servers import ServerProcess
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def walkthrough() -> str:
+    text = README.read_text()
+    section = text.split("## Walk-through", 1)[1]
+    match = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
+    assert match, "the README has no walk-through block"
+    return match.group(1)
+
+
+def test_the_readme_walkthrough_runs_against_a_fresh_server() -> None:
+    data_dir = Path(tempfile.mkdtemp(prefix="todo-agent-readme-"))
+    env = {"TODO_AGENT_DATA_DIR": str(data_dir)}
+    try:
+        with ServerProcess(env) as server:
+            script = walkthrough().replace("localhost:8000", f"localhost:{server.port}")
+            result = subprocess.run(
+                ["bash", "-euo", "pipefail", "-c", script],
+                cwd=README.parent,
+                env={**os.environ, **env},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    assert result.returncode == 0, result.stderr
+    output = result.stdout
+    assert '"title":"Buy groceries"' in output
+    assert '"number":2' in output
+    assert '"completed":true' in output
+    assert "Added task 3: Call the plumber" in output
+    assert "event: done" in output
+    assert output.count("Added task 4: Buy milk") == 2  # the idempotent retry replays
+    assert '"detail"' not in output

@@ -115,9 +115,22 @@ async def _validation_error(_: Request, error: Exception) -> JSONResponse:
     return JSONResponse({"detail": details}, 422)
 
 
-async def _data_error(_: Request, error: Exception) -> JSONResponse:
+def _refused_data_sqlstate(error: sa_exc.DBAPIError) -> str | None:
+    """The SQLSTATE when PostgreSQL (or the driver, encoding a parameter) refused a value:
+    class 22, "data exception". asyncpg's come wrapped as plain DBAPIError, not DataError."""
+    sqlstate = getattr(error.orig, "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate.startswith("22"):
+        return sqlstate
+    return "22000" if isinstance(error, sa_exc.DataError) else None
+
+
+async def _database_error(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, sa_exc.DBAPIError)
+    sqlstate = _refused_data_sqlstate(error)
+    if sqlstate is None:
+        raise error  # not the client's doing: on to the server-error handler, a 500
     # Input the validators let through but PostgreSQL refuses: still the client's data.
-    logger.warning("database refused the data: %s", type(error.__cause__ or error).__name__)
+    logger.warning("database refused the data: SQLSTATE %s", sqlstate)
     return JSONResponse({"detail": "The request contains data that cannot be stored."}, 422)
 
 
@@ -129,5 +142,5 @@ async def _unexpected(_: Request, error: Exception) -> JSONResponse:
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(DomainError, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(sa_exc.DataError, _data_error)
+    app.add_exception_handler(sa_exc.DBAPIError, _database_error)
     app.add_exception_handler(Exception, _unexpected)

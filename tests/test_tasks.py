@@ -110,6 +110,9 @@ async def test_twenty_concurrent_creates_by_a_new_user(client: httpx.AsyncClient
         {"title": "ok", "tags": "home"},
         {"title": "ok", "due_at": "next tuesday"},
         {"title": "ok", "due_at": "2026-13-01"},
+        {"title": "ok", "due_at": "0001-01-01T00:00:00+14:00"},
+        {"title": "ok", "due_at": "9999-12-31"},
+        {"title": "bad\u0000byte"},
         ["not", "an", "object"],
     ],
 )

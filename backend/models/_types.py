@@ -71,5 +71,18 @@ Tag = Annotated[
 ]
 NotBlank = AfterValidator(_not_blank)
 Tags = Annotated[list[Tag], PydanticField(max_length=10), AfterValidator(_unique)]
+
+
+def _convertible(value: datetime | date) -> datetime | date:
+    # Read in a timezone and converted to UTC, a value on the first or last day Python can
+    # hold would move out of its range.
+    day = value.date() if isinstance(value, datetime) else value
+    if not date.min < day < date.max:
+        raise ValueError("must be between 0001-01-02 and 9999-12-30")
+    return value
+
+
 # A due date or date-time; naive values are read in the user's timezone by the service.
-DueAt = Annotated[datetime | date, BeforeValidator(_date_if_date_only)]
+DueAt = Annotated[
+    datetime | date, BeforeValidator(_date_if_date_only), AfterValidator(_convertible)
+]

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field as PydanticField
 from pydantic import model_validator
+from pydantic.json_schema import SkipJsonSchema
 from sqlalchemy import Boolean, CheckConstraint, Column, ForeignKey, Index, String, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlmodel import Field, SQLModel
@@ -44,12 +45,13 @@ class TaskCreate(TaskBase):
 class TaskUpdate(SQLModel):
     """A partial update: only the fields sent change; `null` clears an optional field."""
 
-    title: Title | None = None
+    # Omitted is None here, but `null` is refused, so the schema does not offer it.
+    title: Title | SkipJsonSchema[None] = None
     description: Description | None = None
     due_at: DueAt | None = None
-    priority: Priority | None = None
-    tags: Tags | None = None
-    completed: bool | None = None
+    priority: Priority | SkipJsonSchema[None] = None
+    tags: Tags | SkipJsonSchema[None] = None
+    completed: bool | SkipJsonSchema[None] = None
 
     @model_validator(mode="after")
     def _required_fields_not_null(self) -> "TaskUpdate":

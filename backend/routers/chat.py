@@ -11,15 +11,13 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from backend.deps import Agent, Context, CurrentUser, IdempotencyKey
 from backend.errors import DomainError
 from backend.models.chat import ChatRequest, ChatResponse
-from backend.models.errors import ErrorResponse
+from backend.models.errors import API_ERRORS, error_responses
 from backend.services.agent import OpenAIAgentService, Turn
 from backend.services.idempotency import Replay, check_key
 
-router = APIRouter(prefix="/api/{user_id}", tags=["chat"])
+router = APIRouter(prefix="/api/{user_id}", tags=["chat"], responses=API_ERRORS)
 EventQueue = asyncio.Queue[tuple[str, dict[str, Any]]]
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorResponse} for code in (401, 403, 404, 409, 413, 422, 429, 503)
-}
+_ERRORS = error_responses(409, 429)
 _REPLAYED = {"Idempotent-Replayed": "true"}
 
 

@@ -6,10 +6,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response, status
 
 from backend.deps import CurrentUser, DbSession
+from backend.models.errors import API_ERRORS, error_responses
 from backend.models.session import MessagesPublic, SessionPublic, SessionsPublic, SessionUpdate
 from backend.services import sessions
 
-router = APIRouter(prefix="/api/{user_id}/sessions", tags=["sessions"])
+router = APIRouter(prefix="/api/{user_id}/sessions", tags=["sessions"], responses=API_ERRORS)
 Cursor = Annotated[str | None, Query(max_length=512, description="next_cursor of the last page")]
 
 
@@ -57,7 +58,10 @@ async def rename_session(
 
 
 @router.delete(
-    "/{session_id}", status_code=status.HTTP_204_NO_CONTENT, operation_id="deleteSession"
+    "/{session_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    operation_id="deleteSession",
+    responses=error_responses(409),
 )
 async def delete_session(user: CurrentUser, db: DbSession, session_id: uuid.UUID) -> Response:
     """Delete a session and its messages."""

@@ -5,6 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Query, Response, status
 
 from backend.deps import Context, CurrentUser, DbSession, IdempotencyKey
+from backend.models.errors import API_ERRORS, error_responses
 from backend.models.task import (
     TaskCompletion,
     TaskCreate,
@@ -17,7 +18,7 @@ from backend.services import tasks
 from backend.services.idempotency import check_key
 from backend.services.tasks import TaskRef
 
-router = APIRouter(prefix="/api/{user_id}/tasks", tags=["tasks"])
+router = APIRouter(prefix="/api/{user_id}/tasks", tags=["tasks"], responses=API_ERRORS)
 TaskId = Annotated[str, "The task's UUID or its per-user number"]
 
 
@@ -29,7 +30,12 @@ async def list_tasks(
     return await tasks.list_tasks(db=db, owner=user.user_id, filters=filters)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, operation_id="createTask")
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    operation_id="createTask",
+    responses=error_responses(409),
+)
 async def create_task(
     user: CurrentUser,
     db: DbSession,

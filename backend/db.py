@@ -1,12 +1,17 @@
 """The database engine and the unit of work: one transaction, committed or rolled back."""
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    async_sessionmaker,
+    create_async_engine,
+)
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from backend.errors import DatabaseUnavailable
@@ -46,6 +51,18 @@ def is_database_unavailable(error: BaseException) -> bool:
     return False
 
 
+@contextmanager
+def _unavailable_as_503() -> Iterator[None]:
+    try:
+        yield
+    except DatabaseUnavailable:
+        raise
+    except Exception as error:
+        if is_database_unavailable(error):
+            raise DatabaseUnavailable() from error
+        raise
+
+
 class Database:
     """Owns the engine; hands out short transactions."""
 
@@ -81,15 +98,16 @@ class Database:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:
         """One unit of work: commits when the block succeeds, rolls back when it raises."""
-        try:
+        with _unavailable_as_503():
             async with self._sessions() as session, session.begin():
                 yield session
-        except DatabaseUnavailable:
-            raise
-        except Exception as error:
-            if is_database_unavailable(error):
-                raise DatabaseUnavailable() from error
-            raise
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[AsyncConnection]:
+        """The same, on a Core connection: for hot paths that need no ORM."""
+        with _unavailable_as_503():
+            async with self.engine.begin() as connection:
+                yield connection
 
     async def dispose(self) -> None:
         await self.engine.dispose()

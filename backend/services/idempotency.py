@@ -11,15 +11,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, func, update
+from sqlalchemy import Table, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlmodel import col, select
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.errors import DomainError, IdempotencyInProgress, IdempotencyKeyReused
 from backend.models.idempotency import IdempotencyKey
 
 MAX_KEY_CHARS = 255
+_KEYS: Table = IdempotencyKey.__table__  # type: ignore[attr-defined]
 
 
 class InvalidIdempotencyKey(DomainError):
@@ -52,7 +52,7 @@ def _interval(seconds: float) -> Any:
 
 
 async def claim(
-    db: AsyncSession,
+    db: AsyncConnection,
     *,
     owner: str,
     key: str,
@@ -66,13 +66,11 @@ async def claim(
     IdempotencyInProgress (409) while the first request is still running. A request that
     died holding the key (its lock expired, no answer) can be taken over by a retry.
     """
-    table = IdempotencyKey.__table__  # type: ignore[attr-defined]
-    await db.exec(  # expired keys of this user are free again; keep the table small
-        delete(IdempotencyKey).where(
-            col(IdempotencyKey.user_id) == owner, col(IdempotencyKey.expires_at) < func.now()
-        )
-    )
-    statement = insert(table).values(
+    keys = _KEYS.c
+    mine = (keys.user_id == owner) & (keys.key == key)
+    # Expired keys of this user are free again; this also keeps the table small.
+    await db.execute(delete(_KEYS).where(keys.user_id == owner, keys.expires_at < func.now()))
+    statement = insert(_KEYS).values(
         user_id=owner,
         key=key,
         request_hash=fingerprint,
@@ -80,22 +78,18 @@ async def claim(
         expires_at=func.now() + _interval(ttl_s),
     )
     taken = statement.on_conflict_do_update(
-        index_elements=[table.c.user_id, table.c.key],
+        index_elements=[keys.user_id, keys.key],
         set_={"locked_until": statement.excluded.locked_until},
         where=(
-            table.c.response.is_(None)
-            & (table.c.locked_until < func.now())
-            & (table.c.request_hash == fingerprint)
+            keys.response.is_(None)
+            & (keys.locked_until < func.now())
+            & (keys.request_hash == fingerprint)
         ),
-    ).returning(table.c.key)
-    if (await db.exec(taken)).first() is not None:
+    ).returning(keys.key)
+    if (await db.execute(taken)).first() is not None:
         return None
     existing = (
-        await db.exec(
-            select(IdempotencyKey).where(
-                col(IdempotencyKey.user_id) == owner, col(IdempotencyKey.key) == key
-            )
-        )
+        await db.execute(select(keys.request_hash, keys.status_code, keys.response).where(mine))
     ).one()
     if existing.request_hash != fingerprint:
         raise IdempotencyKeyReused()
@@ -105,11 +99,11 @@ async def claim(
 
 
 async def store(
-    db: AsyncSession, *, owner: str, key: str, status_code: int, body: dict[str, Any]
+    db: AsyncConnection, *, owner: str, key: str, status_code: int, body: dict[str, Any]
 ) -> None:
     """Record the answer, in the transaction of the request's last effect."""
-    await db.exec(
-        update(IdempotencyKey)
-        .where(col(IdempotencyKey.user_id) == owner, col(IdempotencyKey.key) == key)
+    await db.execute(
+        update(_KEYS)
+        .where(_KEYS.c.user_id == owner, _KEYS.c.key == key)
         .values(status_code=status_code, response=body, locked_until=None)
     )

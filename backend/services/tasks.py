@@ -115,14 +115,15 @@ async def create_task_once(
     The key is claimed and answered in this one transaction, so a concurrent retry waits
     for it and then replays."""
     fingerprint = idempotency.request_hash("tasks.create", data.model_dump(mode="json"))
+    connection = await db.connection()
     replay = await idempotency.claim(
-        db, owner=owner, key=key, fingerprint=fingerprint, ttl_s=ttl_s, lock_s=ttl_s
+        connection, owner=owner, key=key, fingerprint=fingerprint, ttl_s=ttl_s, lock_s=ttl_s
     )
     if replay is not None:
         return TaskPublic.model_validate(replay.body)
     task = TaskPublic.model_validate(await create_task(db=db, owner=owner, data=data))
     await idempotency.store(
-        db, owner=owner, key=key, status_code=201, body=task.model_dump(mode="json")
+        connection, owner=owner, key=key, status_code=201, body=task.model_dump(mode="json")
     )
     return task
 

@@ -7,6 +7,11 @@ A turn touches the database in short transactions only, never while the model th
   finish: store the reply, bump the session, release the lease, count tokens (1 statement).
 The lease lives in the session row, so it holds across processes and replicas, and it
 expires, so a process that dies mid-turn cannot wedge the session.
+
+This is the hot path of every chat turn, so its statements are written once, as SQL over
+the tables of `backend.models.session` and `backend.models.user`, and run on a Core
+connection: building and caching SQLAlchemy constructs per call cost more CPU than the
+database spent answering them.
 """
 
 import uuid
@@ -14,17 +19,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, case, func, insert, literal, text, update
+from sqlalchemy import bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlmodel import col, select
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.errors import SessionNotFound
-from backend.models.session import AgentMessage, AgentSession, Usage
-from backend.models.user import User
+from backend.models.session import Usage
 
 TITLE_CHARS = 60
+# (role, content, tool_calls, tool_results)
+HistoryRow = tuple[str, str | None, list[dict[str, Any]] | None, list[dict[str, Any]] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,16 +65,112 @@ _ADMIT = text(
     """
 )
 
+_CREATE_SESSION = text(
+    """
+    INSERT INTO agent_sessions (id, user_id, title, lease_owner, lease_expires_at)
+    VALUES (:session, :owner, :title, :turn, now() + make_interval(secs => :lease))
+    """
+)
+
+_TAKE_LEASE = text(
+    """
+    UPDATE agent_sessions
+    SET lease_owner = :turn, lease_expires_at = now() + make_interval(secs => :lease)
+    WHERE id = :session AND user_id = :owner
+      AND (lease_expires_at IS NULL OR lease_expires_at < now())
+    RETURNING id
+    """
+)
+
+_SESSION_EXISTS = text("SELECT 1 FROM agent_sessions WHERE id = :session AND user_id = :owner")
+
+_RENEW_LEASE = text(
+    """
+    UPDATE agent_sessions SET lease_expires_at = now() + make_interval(secs => :lease)
+    WHERE id = :session AND lease_owner = :turn
+    RETURNING id
+    """
+)
+
+_RELEASE_LEASE = text(
+    """
+    UPDATE agent_sessions SET lease_owner = NULL, lease_expires_at = NULL
+    WHERE id = :session AND lease_owner = :turn
+    """
+)
+
+_ADD_USER_MESSAGE = text(
+    """
+    INSERT INTO agent_messages (id, session_id, user_id, role, content, created_at)
+    VALUES (:message, :session, :owner, 'user', :content, clock_timestamp())
+    """
+)
+
+# The latest messages, newest first: one index range scan on (session_id, seq), the same
+# cost whatever the length of the session.
+_RECENT_MESSAGES = text(
+    """
+    SELECT role, content, tool_calls, tool_results FROM agent_messages
+    WHERE session_id = :session AND user_id = :owner
+    ORDER BY seq DESC LIMIT :limit
+    """
+)
+
+# The turn's assistant message is created by its first tool call and grows with each one.
+_RECORD_TOOL_CALL = text(
+    """
+    INSERT INTO agent_messages
+        (id, session_id, user_id, role, tool_calls, tool_results, created_at)
+    VALUES (:message, :session, :owner, 'assistant', :calls, :results, clock_timestamp())
+    ON CONFLICT (id) DO UPDATE SET
+        tool_calls = agent_messages.tool_calls || EXCLUDED.tool_calls,
+        tool_results = agent_messages.tool_results || EXCLUDED.tool_results
+    """
+).bindparams(bindparam("calls", type_=JSONB), bindparam("results", type_=JSONB))
+
+# The reply (completing the tool-call record if there is one), the user's daily tokens, and
+# the session: activity time, token totals, and the lease, released only if still ours.
+_FINISH = text(
+    """
+    WITH reply AS (
+        INSERT INTO agent_messages (id, session_id, user_id, role, content, using_stub,
+                                    prompt_tokens, completion_tokens, created_at)
+        VALUES (:message, :session, :owner, 'assistant', :content, :stub,
+                :prompt, :completion, clock_timestamp())
+        ON CONFLICT (id) DO UPDATE SET
+            content = EXCLUDED.content,
+            using_stub = EXCLUDED.using_stub,
+            prompt_tokens = EXCLUDED.prompt_tokens,
+            completion_tokens = EXCLUDED.completion_tokens
+        RETURNING created_at
+    ), spent AS (
+        UPDATE users SET
+            tokens_used = CASE WHEN tokens_day = CURRENT_DATE THEN tokens_used ELSE 0 END
+                          + :total,
+            tokens_day = CURRENT_DATE
+        WHERE id = :owner
+    )
+    UPDATE agent_sessions SET
+        updated_at = now(),
+        prompt_tokens = prompt_tokens + :prompt,
+        completion_tokens = completion_tokens + :completion,
+        total_tokens = total_tokens + :total,
+        lease_owner = CASE WHEN lease_owner = :turn THEN NULL ELSE lease_owner END,
+        lease_expires_at = CASE WHEN lease_owner = :turn THEN NULL ELSE lease_expires_at END
+    WHERE id = :session AND user_id = :owner
+    RETURNING (SELECT created_at FROM reply)
+    """
+)
+
 
 async def admit(
-    db: AsyncSession, *, owner: str, timezone: str | None, per_minute: int
+    db: AsyncConnection, *, owner: str, timezone: str | None, per_minute: int
 ) -> Admission:
     """Count a chat turn against the user's rate limit; remember their timezone."""
     interval = 60.0 / per_minute if per_minute else 0.0
     tau = 60.0 - interval if per_minute else 1e9
-    connection = await db.connection()
     row = (
-        await connection.execute(
+        await db.execute(
             _ADMIT, {"owner": owner, "timezone": timezone, "interval": interval, "tau": tau}
         )
     ).one()
@@ -93,122 +193,72 @@ def title_from(message: str) -> str:
 
 
 async def create_session(
-    db: AsyncSession, *, owner: str, title: str, turn_id: uuid.UUID, lease_s: float
+    db: AsyncConnection, *, owner: str, title: str, turn_id: uuid.UUID, lease_s: float
 ) -> uuid.UUID:
+    """A new session, already leased to the turn that creates it."""
     session_id = uuid.uuid4()
-    await db.exec(
-        insert(AgentSession).values(
-            id=session_id,
-            user_id=owner,
-            title=title,
-            lease_owner=turn_id,
-            lease_expires_at=func.now() + func.make_interval(0, 0, 0, 0, 0, 0, lease_s),
-        )
+    await db.execute(
+        _CREATE_SESSION,
+        {"session": session_id, "owner": owner, "title": title, "turn": turn_id, "lease": lease_s},
     )
     return session_id
 
 
 async def take_lease(
-    db: AsyncSession, *, owner: str, session_id: uuid.UUID, turn_id: uuid.UUID, lease_s: float
+    db: AsyncConnection,
+    *,
+    owner: str,
+    session_id: uuid.UUID,
+    turn_id: uuid.UUID,
+    lease_s: float,
 ) -> bool:
     """Take the session for this turn if nobody holds it. False: busy. Unknown: 404."""
-    taken = (
-        await db.exec(
-            update(AgentSession)
-            .where(
-                col(AgentSession.id) == session_id,
-                col(AgentSession.user_id) == owner,
-                (col(AgentSession.lease_expires_at).is_(None))
-                | (col(AgentSession.lease_expires_at) < func.now()),
-            )
-            .values(
-                lease_owner=turn_id,
-                lease_expires_at=func.now() + func.make_interval(0, 0, 0, 0, 0, 0, lease_s),
-            )
-            .returning(col(AgentSession.id))
-        )
-    ).first()
-    if taken is not None:
+    key = {"session": session_id, "owner": owner}
+    taken = await db.execute(_TAKE_LEASE, {**key, "turn": turn_id, "lease": lease_s})
+    if taken.first() is not None:
         return True
-    exists = await db.exec(
-        select(literal(1)).where(
-            col(AgentSession.id) == session_id, col(AgentSession.user_id) == owner
-        )
-    )
-    if exists.first() is None:
+    if (await db.execute(_SESSION_EXISTS, key)).first() is None:
         raise SessionNotFound()
     return False
 
 
 async def renew_lease(
-    db: AsyncSession, *, session_id: uuid.UUID, turn_id: uuid.UUID, lease_s: float
+    db: AsyncConnection, *, session_id: uuid.UUID, turn_id: uuid.UUID, lease_s: float
 ) -> bool:
     """Extend our lease; False if it is no longer ours."""
-    renewed = await db.exec(
-        update(AgentSession)
-        .where(col(AgentSession.id) == session_id, col(AgentSession.lease_owner) == turn_id)
-        .values(lease_expires_at=func.now() + func.make_interval(0, 0, 0, 0, 0, 0, lease_s))
-        .returning(col(AgentSession.id))
+    renewed = await db.execute(
+        _RENEW_LEASE, {"session": session_id, "turn": turn_id, "lease": lease_s}
     )
     return renewed.first() is not None
 
 
-async def release_lease(db: AsyncSession, *, session_id: uuid.UUID, turn_id: uuid.UUID) -> None:
-    await db.exec(
-        update(AgentSession)
-        .where(col(AgentSession.id) == session_id, col(AgentSession.lease_owner) == turn_id)
-        .values(lease_owner=None, lease_expires_at=None)
-    )
+async def release_lease(db: AsyncConnection, *, session_id: uuid.UUID, turn_id: uuid.UUID) -> None:
+    await db.execute(_RELEASE_LEASE, {"session": session_id, "turn": turn_id})
 
 
 async def add_user_message(
-    db: AsyncSession, *, owner: str, session_id: uuid.UUID, content: str
-) -> tuple[uuid.UUID, datetime]:
+    db: AsyncConnection, *, owner: str, session_id: uuid.UUID, content: str
+) -> uuid.UUID:
     message_id = uuid.uuid4()
-    row = (
-        await db.exec(
-            insert(AgentMessage)
-            .values(
-                id=message_id,
-                session_id=session_id,
-                user_id=owner,
-                role="user",
-                content=content,
-                created_at=func.clock_timestamp(),
-            )
-            .returning(col(AgentMessage.created_at))
-        )
-    ).one()
-    return message_id, row[0]
-
-
-# (role, content, tool_calls, tool_results)
-HistoryRow = tuple[str, str | None, list[dict[str, Any]] | None, list[dict[str, Any]] | None]
+    await db.execute(
+        _ADD_USER_MESSAGE,
+        {"message": message_id, "session": session_id, "owner": owner, "content": content},
+    )
+    return message_id
 
 
 async def recent_messages(
-    db: AsyncSession, *, owner: str, session_id: uuid.UUID, limit: int
+    db: AsyncConnection, *, owner: str, session_id: uuid.UUID, limit: int
 ) -> list[HistoryRow]:
-    """The latest `limit` messages, oldest first: one index range scan on (session_id, seq),
-    the same cost whatever the length of the session."""
-    rows = (
-        await db.exec(
-            select(
-                col(AgentMessage.role),
-                col(AgentMessage.content),
-                col(AgentMessage.tool_calls),
-                col(AgentMessage.tool_results),
-            )
-            .where(col(AgentMessage.session_id) == session_id, col(AgentMessage.user_id) == owner)
-            .order_by(col(AgentMessage.seq).desc())
-            .limit(limit)
-        )
-    ).all()
-    return [(row[0], row[1], row[2], row[3]) for row in reversed(rows)]
+    """The latest `limit` messages of the session, oldest first."""
+    rows = await db.execute(
+        _RECENT_MESSAGES, {"session": session_id, "owner": owner, "limit": limit}
+    )
+    return [(row[0], row[1], row[2], row[3]) for row in reversed(rows.all())]
 
 
 async def record_tool_call(
-    db: AsyncSession,
+    db: AsyncConnection,
     *,
     owner: str,
     session_id: uuid.UUID,
@@ -216,30 +266,22 @@ async def record_tool_call(
     call: dict[str, Any],
     result: dict[str, Any],
 ) -> None:
-    """Append a call and its result to the turn's assistant message (created by the first
-    call), in the transaction that carried out the call: no effect without its record."""
-    table = AgentMessage.__table__  # type: ignore[attr-defined]
-    statement = pg_insert(table).values(
-        id=message_id,
-        session_id=session_id,
-        user_id=owner,
-        role="assistant",
-        tool_calls=bindparam("calls", [call], type_=JSONB),
-        tool_results=bindparam("results", [result], type_=JSONB),
-        created_at=func.clock_timestamp(),
-    )
-    statement = statement.on_conflict_do_update(
-        index_elements=[table.c.id],
-        set_={
-            "tool_calls": table.c.tool_calls.op("||")(statement.excluded.tool_calls),
-            "tool_results": table.c.tool_results.op("||")(statement.excluded.tool_results),
+    """Append a call and its result to the turn's assistant message, in the transaction
+    that carried out the call: no effect without its record."""
+    await db.execute(
+        _RECORD_TOOL_CALL,
+        {
+            "message": message_id,
+            "session": session_id,
+            "owner": owner,
+            "calls": [call],
+            "results": [result],
         },
     )
-    await db.exec(statement)
 
 
 async def finish(
-    db: AsyncSession,
+    db: AsyncConnection,
     *,
     owner: str,
     session_id: uuid.UUID,
@@ -249,64 +291,24 @@ async def finish(
     using_stub: bool,
     usage: Usage,
 ) -> datetime:
-    """Store the reply (completing the tool-call record if there is one), bump the
-    session's activity and token totals, release the lease and count the user's tokens:
-    one statement."""
-    messages = AgentMessage.__table__  # type: ignore[attr-defined]
-    reply = pg_insert(messages).values(
-        id=message_id,
-        session_id=session_id,
-        user_id=owner,
-        role="assistant",
-        content=content,
-        using_stub=using_stub,
-        prompt_tokens=usage.prompt_tokens,
-        completion_tokens=usage.completion_tokens,
-        created_at=func.clock_timestamp(),
-    )
-    reply_cte = (
-        reply.on_conflict_do_update(
-            index_elements=[messages.c.id],
-            set_={
-                "content": reply.excluded.content,
-                "using_stub": reply.excluded.using_stub,
-                "prompt_tokens": reply.excluded.prompt_tokens,
-                "completion_tokens": reply.excluded.completion_tokens,
+    """Store the reply and close the turn; returns the reply's time."""
+    row = (
+        await db.execute(
+            _FINISH,
+            {
+                "message": message_id,
+                "session": session_id,
+                "owner": owner,
+                "turn": turn_id,
+                "content": content,
+                "stub": using_stub,
+                "prompt": usage.prompt_tokens,
+                "completion": usage.completion_tokens,
+                "total": usage.total_tokens,
             },
         )
-        .returning(messages.c.created_at)
-        .cte("reply")
-    )
-    tokens_cte = (
-        update(User)
-        .where(col(User.id) == owner)
-        .values(
-            tokens_used=func.coalesce(
-                text("CASE WHEN users.tokens_day = CURRENT_DATE THEN users.tokens_used END"), 0
-            )
-            + usage.total_tokens,
-            tokens_day=func.current_date(),
-        )
-        .cte("tokens")
-    )
-    session = AgentSession.__table__  # type: ignore[attr-defined]
-    statement = (
-        update(session)
-        .where(session.c.id == session_id, session.c.user_id == owner)
-        .values(
-            updated_at=func.now(),
-            prompt_tokens=session.c.prompt_tokens + usage.prompt_tokens,
-            completion_tokens=session.c.completion_tokens + usage.completion_tokens,
-            total_tokens=session.c.total_tokens + usage.total_tokens,
-            # A turn that outlived its lease must not free someone else's.
-            lease_owner=case((session.c.lease_owner == turn_id, None), else_=session.c.lease_owner),
-            lease_expires_at=case(
-                (session.c.lease_owner == turn_id, None), else_=session.c.lease_expires_at
-            ),
-        )
-        .add_cte(reply_cte)
-        .add_cte(tokens_cte)
-        .returning(select(reply_cte.c.created_at).scalar_subquery())
-    )
-    row = (await db.exec(statement)).one()
-    return row[0]  # type: ignore[no-any-return]
+    ).first()
+    if row is None:
+        raise SessionNotFound()
+    created_at: datetime = row[0]
+    return created_at

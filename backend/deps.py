@@ -14,7 +14,8 @@ from backend.services.agent import OpenAIAgentService
 from backend.services.users import upsert_user
 
 
-def get_context(request: Request) -> AppContext:
+# Plain functions, but `async def`: FastAPI runs a sync dependency in its threadpool.
+async def get_context(request: Request) -> AppContext:
     context: AppContext = request.app.state.context
     return context
 
@@ -70,7 +71,7 @@ IdempotencyKey = Annotated[
 ]
 
 
-def get_agent(context: Context) -> OpenAIAgentService:
+async def get_agent(context: Context) -> OpenAIAgentService:
     return context.agent
 
 

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from backend.deps import Agent, Context, CurrentUser, IdempotencyKey
 from backend.errors import DomainError
@@ -34,7 +34,9 @@ async def chat(
     if isinstance(turn, Replay):
         return JSONResponse(turn.body, turn.status_code, headers=_REPLAYED)
     # Shielded: if the client goes away, the turn still completes and is stored.
-    return await asyncio.shield(agent.start(turn))
+    answer = await asyncio.shield(agent.start(turn))
+    # Already validated: serialize it once here rather than have FastAPI re-validate it.
+    return Response(answer.model_dump_json(), media_type="application/json")
 
 
 @router.post(
@@ -107,10 +109,16 @@ async def _frames(events: EventQueue, *, keepalive_s: float) -> AsyncIterator[st
     """SSE frames until `done` or `error`; comments keep idle proxies from closing."""
     while True:
         try:
-            event, data = await asyncio.wait_for(events.get(), keepalive_s)
+            async with asyncio.timeout(keepalive_s):
+                batch = [await events.get()]
         except TimeoutError:
             yield ": keep-alive\n\n"
             continue
-        yield f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
-        if event in ("done", "error"):
+        while not events.empty():  # whatever else is ready goes out in the same write
+            batch.append(events.get_nowait())
+        yield "".join(
+            f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+            for event, data in batch
+        )
+        if any(event in ("done", "error") for event, _ in batch):
             return

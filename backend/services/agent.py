@@ -230,11 +230,12 @@ class OpenAIAgentService:
                 db, owner=owner, session_id=session_id, turn_id=turn_id, lease_s=lease_s
             ):
                 raise _SessionTaken()
-        user_message_id = await turns.add_user_message(
-            db, owner=owner, session_id=session_id, content=request.message
-        )
-        history = await turns.recent_messages(
-            db, owner=owner, session_id=session_id, limit=settings.agent_history_messages
+        user_message_id, history = await turns.add_user_message(
+            db,
+            owner=owner,
+            session_id=session_id,
+            content=request.message,
+            history=settings.agent_history_messages,
         )
         tz = ZoneInfo(admission.timezone)
         budget = settings.agent_daily_token_budget
@@ -496,6 +497,9 @@ class OpenAIAgentService:
                             streamed = True
                             content.append(delta.content)
                             turn.send("delta", {"text": delta.content})
+                            # Let the client's stream write it now, not after the whole
+                            # (possibly buffered) model answer has been read.
+                            await asyncio.sleep(0)
                         for piece in delta.tool_calls or ():
                             slot = calls.setdefault(piece.index, ["", "", ""])
                             slot[0] = piece.id or slot[0]
@@ -530,8 +534,10 @@ class OpenAIAgentService:
     # -- finish ---------------------------------------------------------------------------
 
     async def _finish(self, turn: Turn, text: str, using_stub: bool) -> ChatResponse:
-        """Store the reply, and the idempotent answer with it."""
-        async with self._database.connection() as db:
+        """Store the reply (one statement), and the idempotent answer with it."""
+        key = turn.idempotency_key
+        scope = self._database.autocommit() if key is None else self._database.connection()
+        async with scope as db:
             timestamp = await turns.finish(
                 db,
                 owner=turn.owner,
@@ -553,11 +559,11 @@ class OpenAIAgentService:
                 using_stub=using_stub,
                 usage=turn.usage,
             )
-            if turn.idempotency_key is not None:
+            if key is not None:
                 await idempotency.store(
                     db,
                     owner=turn.owner,
-                    key=turn.idempotency_key,
+                    key=key,
                     status_code=200,
                     body=response.model_dump(mode="json"),
                 )
@@ -569,7 +575,7 @@ class OpenAIAgentService:
         while True:
             await asyncio.sleep(every)
             try:
-                async with self._database.connection() as db:
+                async with self._database.autocommit() as db:
                     if not await turns.renew_lease(
                         db,
                         session_id=turn.session_id,
@@ -582,7 +588,7 @@ class OpenAIAgentService:
                 logger.warning("could not renew the session lease")
 
     async def _release(self, turn: Turn) -> None:
-        async with self._database.connection() as db:
+        async with self._database.autocommit() as db:
             await turns.release_lease(db, session_id=turn.session_id, turn_id=turn.id)
 
     async def _release_later(self, turn: Turn) -> None:

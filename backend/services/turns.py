@@ -2,7 +2,7 @@
 
 A turn touches the database in short transactions only, never while the model thinks:
   begin:  admit the user (rate limit, timezone), take the session's lease, store the user
-          message, read the recent history (4 statements, one transaction);
+          message and read the recent history (3 statements, one transaction);
   tools:  each tool call commits its effect together with its record in the conversation;
   finish: store the reply, bump the session, release the lease, count tokens (1 statement).
 The lease lives in the session row, so it holds across processes and replicas, and it
@@ -99,17 +99,16 @@ _RELEASE_LEASE = text(
     """
 )
 
-_ADD_USER_MESSAGE = text(
+# Store the user message and read the history before it, in one statement: the SELECT runs
+# on the statement's snapshot, so it does not see the row being inserted. The history is the
+# latest messages, newest first: one index range scan on (session_id, seq), the same cost
+# whatever the length of the session.
+_ADD_USER_MESSAGE_READ_HISTORY = text(
     """
-    INSERT INTO agent_messages (id, session_id, user_id, role, content, created_at)
-    VALUES (:message, :session, :owner, 'user', :content, clock_timestamp())
-    """
-)
-
-# The latest messages, newest first: one index range scan on (session_id, seq), the same
-# cost whatever the length of the session.
-_RECENT_MESSAGES = text(
-    """
+    WITH added AS (
+        INSERT INTO agent_messages (id, session_id, user_id, role, content, created_at)
+        VALUES (:message, :session, :owner, 'user', :content, clock_timestamp())
+    )
     SELECT role, content, tool_calls, tool_results FROM agent_messages
     WHERE session_id = :session AND user_id = :owner
     ORDER BY seq DESC LIMIT :limit
@@ -237,24 +236,23 @@ async def release_lease(db: AsyncConnection, *, session_id: uuid.UUID, turn_id: 
 
 
 async def add_user_message(
-    db: AsyncConnection, *, owner: str, session_id: uuid.UUID, content: str
-) -> uuid.UUID:
+    db: AsyncConnection, *, owner: str, session_id: uuid.UUID, content: str, history: int
+) -> tuple[uuid.UUID, list[HistoryRow]]:
+    """Store the user message; return its id and the session's latest `history` messages
+    ending with it, oldest first."""
     message_id = uuid.uuid4()
-    await db.execute(
-        _ADD_USER_MESSAGE,
-        {"message": message_id, "session": session_id, "owner": owner, "content": content},
-    )
-    return message_id
-
-
-async def recent_messages(
-    db: AsyncConnection, *, owner: str, session_id: uuid.UUID, limit: int
-) -> list[HistoryRow]:
-    """The latest `limit` messages of the session, oldest first."""
     rows = await db.execute(
-        _RECENT_MESSAGES, {"session": session_id, "owner": owner, "limit": limit}
+        _ADD_USER_MESSAGE_READ_HISTORY,
+        {
+            "message": message_id,
+            "session": session_id,
+            "owner": owner,
+            "content": content,
+            "limit": history - 1,
+        },
     )
-    return [(row[0], row[1], row[2], row[3]) for row in reversed(rows.all())]
+    earlier: list[HistoryRow] = [(r[0], r[1], r[2], r[3]) for r in reversed(rows.all())]
+    return message_id, [*earlier, ("user", content, None, None)]
 
 
 async def record_tool_call(

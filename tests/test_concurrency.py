@@ -54,13 +54,12 @@ async def test_reject_policy_answers_409_at_once(
         model.latency_s = 0.5
         slow = asyncio.create_task(chat(client, "slow", session_id=session_id))
         await asyncio.sleep(0.2)
-        started = time.monotonic()
         rejected = await client.post(
             "/api/alice/chat",
             json={"message": "impatient", "session_id": session_id},
             headers=auth("alice"),
         )
-        assert time.monotonic() - started < 0.3
+        assert not slow.done()  # refused while the first turn still runs, not after it
         await slow
         stored = await stored_messages(client, session_id)
     assert rejected.status_code == 409
@@ -173,7 +172,7 @@ async def test_a_process_killed_mid_turn_frees_the_session_when_its_lease_expire
                 )
                 if retry.status_code != 409:
                     break
-                assert time.monotonic() - killed_at < 10, "the lease never expired"
+                assert time.monotonic() - killed_at < 60, "the lease never expired"
                 await asyncio.sleep(0.2)
             stored = await stored_messages(client, session_id)
             titles = await task_titles(client)

@@ -6,7 +6,6 @@ exactly what the agent code will see in its own tests.
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -319,10 +318,8 @@ async def test_answer_slower_than_the_client_timeout(fake: FakeOpenAI, stream: b
     async with AsyncOpenAI(
         base_url=fake.base_url, api_key="k", max_retries=0, timeout=0.2
     ) as impatient:
-        started = time.monotonic()
         with pytest.raises(openai.APITimeoutError):
             await impatient.chat.completions.create(model="m", messages=MESSAGES, stream=stream)
-        assert time.monotonic() - started < 0.8
 
         # The fake is not stuck on the abandoned request.
         answer = await impatient.chat.completions.create(model="m", messages=MESSAGES)
@@ -459,9 +456,7 @@ async def test_latency_and_chunk_interval() -> None:
     with FakeOpenAI(latency_s=0.2, chunk_interval_s=0.02) as fake:
         fake.script(reply("a b c d e"))
         async with AsyncOpenAI(base_url=fake.base_url, api_key="k", max_retries=0) as sdk:
-            started = time.monotonic()
             chunks = await collect(sdk)
-            elapsed = time.monotonic() - started
 
     record = fake.requests[0]
     assert record.first_byte_at is not None
@@ -470,7 +465,6 @@ async def test_latency_and_chunk_interval() -> None:
     # role + 5 words + finish + [DONE]: 7 pauses between 8 events.
     assert record.finished_at - record.first_byte_at >= 7 * 0.02
     assert streamed_text(chunks) == "a b c d e"
-    assert elapsed < 1.0
 
 
 async def test_many_concurrent_slow_requests() -> None:
@@ -484,13 +478,14 @@ async def test_many_concurrent_slow_requests() -> None:
                 )
                 return answer.choices[0].message.content
 
-            started = time.monotonic()
             answers = await asyncio.gather(*(ask(i) for i in range(100)))
-            elapsed = time.monotonic() - started
 
     assert answers == [f"echo {i}" for i in range(100)]
-    assert elapsed < 1.5  # concurrently, not 100 x 0.2 s
     assert fake.requests_count == 100
+    # Served concurrently, not one after another: many were open at the same moment.
+    spans = [(r.received_at, r.finished_at or r.received_at) for r in fake.requests]
+    most_open = max(sum(1 for start, end in spans if start <= moment < end) for moment, _ in spans)
+    assert most_open >= 10
 
 
 def test_blocking_callers_do_not_stall_it(fake: FakeOpenAI) -> None:

@@ -46,6 +46,8 @@ import httpx2 as httpx
 from jose import jwt
 from jose.exceptions import JOSEError
 
+from backend.services.agent import to_model_messages
+
 JSON = dict[str, Any]
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -102,7 +104,7 @@ class Turn:
     owner: str
     session_id: uuid.UUID
     user_message_id: uuid.UUID
-    messages: list[JSON]
+    messages: list[Any]  # OpenAI chat messages (JSON objects)
     reply_id: uuid.UUID = field(default_factory=uuid.uuid4)
     calls: list[JSON] = field(default_factory=list)
     results: list[JSON] = field(default_factory=list)
@@ -252,7 +254,11 @@ class Floor:
             owner=owner,
             session_id=session_id,
             user_message_id=user_message_id,
-            messages=[{"role": "system", "content": self.system}, *_model_messages(rows[::-1])],
+            messages=[
+                {"role": "system", "content": self.system},
+                # The service's own (pure) conversion: the floor does the same work there.
+                *to_model_messages([(r[0], r[1], r[2], r[3]) for r in reversed(rows)]),
+            ],
         )
 
     async def _run(self, turn: Turn, emit: Emit | None) -> JSON:
@@ -370,46 +376,6 @@ async def _json_codecs(connection: asyncpg.Connection) -> None:
         await connection.set_type_codec(
             name, encoder=_dumps_text, decoder=json.loads, schema="pg_catalog"
         )
-
-
-def _model_messages(rows: list[asyncpg.Record]) -> list[JSON]:
-    """Stored rows as the model expects them (the service's format: a turn's tool calls and
-    their results live in its assistant row)."""
-    messages: list[JSON] = []
-    for role, content, tool_calls, tool_results in rows:
-        if role == "user":
-            messages.append({"role": "user", "content": content or ""})
-            continue
-        if tool_calls:
-            results = {r["tool_call_id"]: r["result"] for r in tool_results or ()}
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [
-                        {
-                            "id": c["id"],
-                            "type": "function",
-                            "function": {
-                                "name": c["name"],
-                                "arguments": _dumps_text(c["arguments"]),
-                            },
-                        }
-                        for c in tool_calls
-                    ],
-                }
-            )
-            messages.extend(
-                {
-                    "role": "tool",
-                    "tool_call_id": c["id"],
-                    "content": _dumps_text(results.get(c["id"])),
-                }
-                for c in tool_calls
-            )
-        if content is not None:
-            messages.append({"role": "assistant", "content": content})
-    return messages
 
 
 def _arguments(raw: str) -> JSON | str:

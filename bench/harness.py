@@ -2,20 +2,18 @@
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from types import TracebackType
 
 import asyncpg  # type: ignore[import-untyped]
 import httpx
 
 from backend.settings import normalize_database_url
+from tests.servers import ServerProcess
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -126,48 +124,13 @@ def peak_rss_mib(pid: int) -> float:
 # --------------------------------------------------------------------------- servers
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-class Server:
-    """A server process on a free loopback port, ready once `GET /health` answers 200."""
+class Server(ServerProcess):
+    """A benchmarked server process (the service or the floor), with its process tree."""
 
     def __init__(self, name: str, command: Sequence[str], env: Mapping[str, str], log: Path):
+        cwd = env.get("BENCH_CWD")
+        super().__init__(env, log=log, command=command, cwd=Path(cwd) if cwd else None)
         self.name = name
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.command = [*command, "--port", str(self.port)]
-        self.env = dict(env)
-        self.log = log
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout_s: float = 60) -> "Server":
-        with self.log.open("ab") as output:
-            self.process = subprocess.Popen(
-                self.command,
-                env=self.env,
-                cwd=self.env.get("BENCH_CWD"),
-                stdout=output,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited: {self.log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"{self.name} did not start: {self.log.read_text()[-2000:]}")
 
     @property
     def pid(self) -> int:
@@ -182,27 +145,6 @@ class Server:
         the one process."""
         below = self.pids()[1:]
         return below or [self.pid]
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
-
-    def __enter__(self) -> "Server":
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def statements_total(server: Server) -> float:

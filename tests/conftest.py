@@ -162,6 +162,16 @@ async def db(engine: AsyncEngine) -> AsyncIterator[AsyncSession]:
         yield session
 
 
+def server_env(
+    database_url: str, model: FakeOpenAI | None = None, **settings: str
+) -> dict[str, str]:
+    """The environment of a `todo-agent serve` process on the test database (and model)."""
+    env = {"DATABASE_URL": database_url, "JWT_SECRET": TEST_SECRET, **settings}
+    if model is not None:
+        env |= {"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": model.base_url}
+    return env
+
+
 def token_for(user_id: str, **claims: Any) -> str:
     return create_token(secret=TEST_SECRET, user_id=user_id, **claims)
 

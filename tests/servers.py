@@ -6,9 +6,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import httpx
 
@@ -29,24 +30,32 @@ def run_cli(*args: str, env: Mapping[str, str]) -> subprocess.CompletedProcess[s
 
 
 class ServerProcess:
-    """`todo-agent serve` on a free port, with the given environment."""
+    """A server on a free loopback port, ready once `GET /health` answers 200: by default
+    `todo-agent serve`; `command` runs another one (it gets `--port` appended)."""
 
-    def __init__(self, env: Mapping[str, str], *, workers: int = 1, log: Path | None = None):
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        *,
+        workers: int = 1,
+        log: Path | None = None,
+        command: Sequence[str] | None = None,
+        cwd: Path | None = None,
+    ):
         self.env = {**os.environ, **env}
-        self.workers = workers
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        base = command or [TODO_AGENT, "serve", "--workers", str(workers)]
+        self.command = [*base, "--port", str(self.port)]
+        self.cwd = cwd
         self.log = log
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout_s: float = 60) -> "ServerProcess":
-        output = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
-        self.process = subprocess.Popen(
-            [TODO_AGENT, "serve", "--port", str(self.port), "--workers", str(self.workers)],
-            env=self.env,
-            stdout=output,
-            stderr=subprocess.STDOUT if self.log else subprocess.DEVNULL,
-        )
+    def start(self, timeout_s: float = 60) -> Self:
+        with open(self.log or os.devnull, "ab") as output:  # the child keeps its own copy
+            self.process = subprocess.Popen(
+                self.command, env=self.env, cwd=self.cwd, stdout=output, stderr=subprocess.STDOUT
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -74,7 +83,7 @@ class ServerProcess:
             self.process.kill()
             self.process.wait(timeout=10)
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(

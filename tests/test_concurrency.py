@@ -11,7 +11,7 @@ import pytest
 
 from backend.settings import Settings
 from tests.chat_helpers import chat, chat_stream, stored_messages, task_titles
-from tests.conftest import TEST_SECRET, auth, serving
+from tests.conftest import auth, server_env, serving
 from tests.fake_openai import FakeOpenAI, Step, call, delay, reply, tool_calls
 from tests.servers import ServerProcess
 
@@ -87,14 +87,7 @@ async def test_waiting_is_bounded_then_409(
 
 
 def _env(database_url: str, model: FakeOpenAI, **extra: str) -> dict[str, str]:
-    return {
-        "DATABASE_URL": database_url,
-        "JWT_SECRET": TEST_SECRET,
-        "OPENAI_API_KEY": "sk-test",
-        "OPENAI_BASE_URL": model.base_url,
-        "CHAT_RATE_LIMIT_PER_MINUTE": "0",
-        **extra,
-    }
+    return server_env(database_url, model, CHAT_RATE_LIMIT_PER_MINUTE="0", **extra)
 
 
 async def test_twenty_messages_into_one_session_across_two_replicas(

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from backend.embedded_db import EmbeddedPostgres
 from backend.migrations import migrate
 from tests.chat_helpers import parse_sse, stored_messages, task_titles
-from tests.conftest import TEST_SECRET, auth
+from tests.conftest import auth, server_env
 from tests.fake_openai import (
     FakeOpenAI,
     Step,
@@ -36,16 +36,14 @@ MESSAGE = "Add a task to water the plants"
 def server(
     database_url: str, fake_openai_server: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
-    env = {
-        "DATABASE_URL": database_url,
-        "JWT_SECRET": TEST_SECRET,
-        "OPENAI_API_KEY": "sk-test",
-        "OPENAI_BASE_URL": fake_openai_server.base_url,
-        "OPENAI_TIMEOUT_S": "0.5",
-        "OPENAI_MAX_RETRIES": "2",
-        "OPENAI_RETRY_BUDGET_S": "2",
-        "CHAT_RATE_LIMIT_PER_MINUTE": "0",
-    }
+    env = server_env(
+        database_url,
+        fake_openai_server,
+        OPENAI_TIMEOUT_S="0.5",
+        OPENAI_MAX_RETRIES="2",
+        OPENAI_RETRY_BUDGET_S="2",
+        CHAT_RATE_LIMIT_PER_MINUTE="0",
+    )
     with ServerProcess(env, log=tmp_path_factory.mktemp("faults") / "serve.log") as process:
         yield process
 
@@ -166,7 +164,7 @@ async def outage_server(
     engine = create_async_engine(url)
     await migrate(engine)
     await engine.dispose()
-    env = {"DATABASE_URL": url, "JWT_SECRET": TEST_SECRET, "CHAT_RATE_LIMIT_PER_MINUTE": "0"}
+    env = server_env(url, CHAT_RATE_LIMIT_PER_MINUTE="0")
     with ServerProcess(env, log=tmp_path / "serve.log") as process:
         yield process
 

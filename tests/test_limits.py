@@ -7,7 +7,7 @@ import httpx
 
 from backend.settings import Settings
 from tests.chat_helpers import chat
-from tests.conftest import TEST_SECRET, auth, serving
+from tests.conftest import auth, server_env, serving
 from tests.factories import make_task
 from tests.fake_openai import FakeOpenAI, call, reply, tool_calls
 from tests.servers import ServerProcess
@@ -34,13 +34,7 @@ async def test_chat_rate_limit_answers_429_with_retry_after(
 async def test_the_rate_limit_holds_across_replicas(
     tmp_path: Path, database_url: str, model: FakeOpenAI, engine: object
 ) -> None:
-    env = {
-        "DATABASE_URL": database_url,
-        "JWT_SECRET": TEST_SECRET,
-        "OPENAI_API_KEY": "sk-test",
-        "OPENAI_BASE_URL": model.base_url,
-        "CHAT_RATE_LIMIT_PER_MINUTE": "4",
-    }
+    env = server_env(database_url, model, CHAT_RATE_LIMIT_PER_MINUTE="4")
     with (
         ServerProcess(env, log=tmp_path / "a.log") as a,
         ServerProcess(env, log=tmp_path / "b.log") as b,

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from backend.logs import JsonFormatter, RequestIdFilter, request_id_var
 from tests.chat_helpers import chat, chat_stream, stored_messages
-from tests.conftest import TEST_SECRET, auth
+from tests.conftest import TEST_SECRET, auth, server_env
 from tests.fake_openai import FakeOpenAI, call, delay, error, reply, tool_calls
 from tests.servers import ServerProcess
 
@@ -360,13 +360,7 @@ def _json_lines(server: ServerProcess) -> list[dict[str, Any]]:
 async def test_sigterm_mid_turn_still_answers_stores_the_replies_and_exits_zero(
     tmp_path: Path, database_url: str, model: FakeOpenAI, engine: object
 ) -> None:
-    env = {
-        "DATABASE_URL": database_url,
-        "JWT_SECRET": TEST_SECRET,
-        "OPENAI_API_KEY": "sk-test",
-        "OPENAI_BASE_URL": model.base_url,
-        "SHUTDOWN_GRACE_S": "20",
-    }
+    env = server_env(database_url, model, SHUTDOWN_GRACE_S="20")
     model.default = delay(1.5, reply("Slow, but here it is."))
     server = ServerProcess(env, log=tmp_path / "first.log").start()
     try:
@@ -411,7 +405,7 @@ def test_metrics_of_several_workers_are_summed_in_every_scrape(
 ) -> None:
     temp = tmp_path / "tmp"
     temp.mkdir()
-    env = {"DATABASE_URL": database_url, "JWT_SECRET": TEST_SECRET, "TMPDIR": str(temp)}
+    env = server_env(database_url, TMPDIR=str(temp))
     health = {"name": "todo_agent_http_request_duration_seconds_count", "route": "/health"}
     with ServerProcess(env, workers=2, log=tmp_path / "serve.log") as server:
         [metrics_dir] = temp.iterdir()

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 
 from tests.chat_helpers import chat, stored_messages
-from tests.conftest import TEST_SECRET, auth
+from tests.conftest import auth, server_env
 from tests.fake_openai import FakeOpenAI
 from tests.servers import ServerProcess
 
@@ -134,12 +134,7 @@ async def test_bad_ids_and_cursors_are_422(client: httpx.AsyncClient) -> None:
 async def test_sessions_survive_a_restart_and_the_conversation_continues(
     tmp_path: Path, database_url: str, model: FakeOpenAI, engine: object
 ) -> None:
-    env = {
-        "DATABASE_URL": database_url,
-        "JWT_SECRET": TEST_SECRET,
-        "OPENAI_API_KEY": "sk-test",
-        "OPENAI_BASE_URL": model.base_url,
-    }
+    env = server_env(database_url, model)
     headers = auth("alice")
     model.script("First answer.")
     with ServerProcess(env, log=tmp_path / "first.log") as server:

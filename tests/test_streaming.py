@@ -7,7 +7,7 @@ import httpx
 
 from backend.settings import Settings
 from tests.chat_helpers import chat, chat_stream, stored_messages
-from tests.conftest import TEST_SECRET, auth, serving
+from tests.conftest import auth, server_env, serving
 from tests.fake_openai import FakeOpenAI, call, delay, reply, tool_calls
 from tests.servers import ServerProcess
 
@@ -166,12 +166,7 @@ async def test_a_client_that_disconnects_mid_answer_still_gets_its_turn_stored(
     tmp_path: Path, database_url: str, model: FakeOpenAI, engine: object
 ) -> None:
     model.script(reply("one two three four five six seven eight", chunk_interval_s=0.2))
-    env = {
-        "DATABASE_URL": database_url,
-        "JWT_SECRET": TEST_SECRET,
-        "OPENAI_API_KEY": "sk-test",
-        "OPENAI_BASE_URL": model.base_url,
-    }
+    env = server_env(database_url, model)
     with ServerProcess(env, log=tmp_path / "serve.log") as server:
         async with httpx.AsyncClient(base_url=server.url, headers=auth("alice")) as client:
             session_id = None

@@ -10,10 +10,12 @@ paths then share one claim validation.
 import asyncio
 import base64
 import binascii
+import hashlib
 import json
 import logging
 import math
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -120,9 +122,39 @@ def _parse_jwks(document: object) -> dict[str | None, dict[str, Any]]:
     }
 
 
+class _VerifiedTokens:
+    """Tokens already verified, by their SHA-256, until they expire and for at most `ttl_s`:
+    a frontend sends the same token with every request, and checking its signature and
+    claims again each time is work done once. Bounded, least recently used out first."""
+
+    def __init__(self, *, capacity: int = 10_000, ttl_s: float = 60.0) -> None:
+        self._capacity = capacity
+        self._ttl_s = ttl_s
+        self._entries: OrderedDict[bytes, tuple[Identity, float]] = OrderedDict()
+
+    def get(self, key: bytes) -> Identity | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if time.time() >= entry[1]:
+            del self._entries[key]
+            return None
+        self._entries.move_to_end(key)
+        return entry[0]
+
+    def put(self, key: bytes, identity: Identity, *, until: float) -> None:
+        self._entries[key] = (identity, min(until, time.time() + self._ttl_s))
+        if len(self._entries) > self._capacity:
+            self._entries.popitem(last=False)
+
+
 class TokenVerifier:
     def __init__(self, settings: Settings, http: httpx.AsyncClient) -> None:
         self._settings = settings
+        # A cached verification never outlives the JWKS keys it was checked against.
+        self._verified = _VerifiedTokens(
+            ttl_s=min(60.0, settings.jwt_jwks_cache_s) if settings.jwt_jwks_url else 60.0
+        )
         self._algorithms = settings.allowed_algorithms - {"none", "None", "NONE"}
         self._secret = settings.jwt_secret.get_secret_value() if settings.jwt_secret else None
         self._jwks = (
@@ -139,6 +171,14 @@ class TokenVerifier:
     async def verify(self, token: str) -> Identity:
         if not token or len(token) > MAX_TOKEN_CHARS:
             raise InvalidToken()
+        key = hashlib.sha256(token.encode()).digest()
+        if (known := self._verified.get(key)) is not None:
+            return known
+        identity, exp = await self._verify(token)
+        self._verified.put(key, identity, until=exp + self._settings.jwt_leeway_s)
+        return identity
+
+    async def _verify(self, token: str) -> tuple[Identity, float]:
         try:
             header = jwt.get_unverified_header(token)
         except (JOSEError, ValueError, TypeError) as error:
@@ -156,7 +196,7 @@ class TokenVerifier:
             raise InvalidToken() from error
         if not isinstance(claims, dict):
             raise InvalidToken()
-        return self._validate_claims(claims)
+        return self._validate_claims(claims), claims["exp"]
 
     def _verify_hmac(self, token: str, algorithm: str) -> bytes:
         if self._secret is None:

@@ -608,3 +608,16 @@ async def test_user_is_created_on_first_sight(api: httpx.AsyncClient, engine: As
         response = await list_tasks(api, bearer(token), user="usr_01HZX8Q9")
         assert response.status_code == 200, response.text
     assert await user_rows(engine) == [("usr_01HZX8Q9", "carol@example.com", "Carol")]
+
+
+async def test_a_verified_token_is_remembered_only_until_it_expires(open_api: OpenApi) -> None:
+    """Verification is cached per token, but a cached token still expires on time."""
+    exp = int(time.time()) + 3
+    token = bearer(HS.sign(claims(exp=exp)))
+    async with open_api(jwt_leeway_s=0) as api:
+        first = await list_tasks(api, token)
+        again = await list_tasks(api, token)
+        await asyncio.sleep(exp + 0.2 - time.time())
+        expired = await list_tasks(api, token)
+    assert first.status_code == again.status_code == 200
+    assert_unauthorized(expired)

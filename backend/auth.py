@@ -74,6 +74,7 @@ class JwksCache:
         self._refresh_s = refresh_s
         self._ttl_s = ttl_s
         self._keys: dict[str | None, dict[str, Any]] = {}
+        self.generation = 0  # bumped whenever the set of keys changes
         self._fetched_at = float("-inf")  # the last successful fetch
         self._tried_at = float("-inf")  # the last fetch, successful or not
         self._lock = asyncio.Lock()
@@ -100,7 +101,10 @@ class JwksCache:
             try:
                 response = await self._http.get(self._url, timeout=5.0)
                 response.raise_for_status()
-                self._keys = _parse_jwks(response.json())
+                keys = _parse_jwks(response.json())
+                if keys != self._keys:
+                    self._keys = keys
+                    self.generation += 1
                 self._fetched_at = time.monotonic()
             except (httpx.HTTPError, ValueError) as error:
                 # Keep serving the keys we have, if any, until the next try.
@@ -123,9 +127,10 @@ def _parse_jwks(document: object) -> dict[str | None, dict[str, Any]]:
 
 
 class _VerifiedTokens:
-    """Tokens already verified, by their SHA-256, until they expire and for at most `ttl_s`:
-    a frontend sends the same token with every request, and checking its signature and
-    claims again each time is work done once. Bounded, least recently used out first."""
+    """Tokens already verified, by their SHA-256, until they expire and for at most `ttl_s`
+    (and forgotten when the JWKS keys change): a frontend sends the same token with every
+    request, and checking its signature and claims again each time is work done once.
+    Bounded, least recently used out first."""
 
     def __init__(self, *, capacity: int = 10_000, ttl_s: float = 60.0) -> None:
         self._capacity = capacity
@@ -142,6 +147,9 @@ class _VerifiedTokens:
         self._entries.move_to_end(key)
         return entry[0]
 
+    def clear(self) -> None:
+        self._entries.clear()
+
     def put(self, key: bytes, identity: Identity, *, until: float) -> None:
         self._entries[key] = (identity, min(until, time.time() + self._ttl_s))
         if len(self._entries) > self._capacity:
@@ -155,6 +163,7 @@ class TokenVerifier:
         self._verified = _VerifiedTokens(
             ttl_s=min(60.0, settings.jwt_jwks_cache_s) if settings.jwt_jwks_url else 60.0
         )
+        self._verified_generation = 0
         self._algorithms = settings.allowed_algorithms - {"none", "None", "NONE"}
         self._secret = settings.jwt_secret.get_secret_value() if settings.jwt_secret else None
         self._jwks = (
@@ -171,6 +180,9 @@ class TokenVerifier:
     async def verify(self, token: str) -> Identity:
         if not token or len(token) > MAX_TOKEN_CHARS:
             raise InvalidToken()
+        if self._jwks is not None and self._jwks.generation != self._verified_generation:
+            self._verified.clear()  # keys were rotated: what they verified is checked again
+            self._verified_generation = self._jwks.generation
         key = hashlib.sha256(token.encode()).digest()
         if (known := self._verified.get(key)) is not None:
             return known

@@ -30,4 +30,4 @@ async def test_a_no_tool_turn_costs_the_same_few_statements_at_any_history_lengt
         await _statements_per_turn(agent_client, short),
         await _statements_per_turn(agent_client, long),
     }
-    assert counts == {4}  # admit, lease, message + history; then the reply
+    assert counts == {2}  # the start of the turn, then the reply

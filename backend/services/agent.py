@@ -32,7 +32,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 from backend import metrics
 from backend.auth import Identity
 from backend.db import Database
-from backend.errors import DatabaseUnavailable, RateLimited, SessionBusy
+from backend.errors import DatabaseUnavailable, RateLimited, SessionBusy, SessionNotFound
 from backend.logs import log_model_call, log_turn
 from backend.models.chat import ChatRequest, ChatResponse, ToolCallPublic, ToolResultPublic
 from backend.models.session import Usage
@@ -40,6 +40,8 @@ from backend.services import idempotency, turns
 from backend.services.idempotency import Replay
 from backend.services.stub import StubResponder
 from backend.services.tools import TOOL_NAMES, TodoTools, ToolResult, error
+from backend.services.turns import Opening
+from backend.services.users import upsert_user
 from backend.settings import Settings
 
 logger = logging.getLogger("todo_agent.agent")
@@ -59,8 +61,12 @@ OUTAGE_BUDGET_S = 10.0
 T = TypeVar("T")
 
 
-class _SessionTaken(Exception):
-    """The session is leased by another turn (rolls back the attempt to begin)."""
+class _Refused(Exception):
+    """A try at starting a turn that did not start (rolls back its transaction)."""
+
+    def __init__(self, opening: Opening) -> None:
+        super().__init__()
+        self.opening = opening
 
 
 class ModelUnavailable(Exception):
@@ -179,86 +185,94 @@ class OpenAIAgentService:
         )
         pause = 0.05
         while True:
-            try:
-                async with self._database.connection() as db:
-                    if idempotency_key is not None:
-                        replay = await idempotency.claim(
-                            db,
-                            owner=identity.user_id,
-                            key=idempotency_key,
-                            fingerprint=idempotency.request_hash(
-                                "chat", request.model_dump(mode="json")
-                            ),
-                            ttl_s=settings.idempotency_ttl_s,
-                            lock_s=settings.chat_session_lease_s,
-                        )
-                        if replay is not None:
-                            return replay
-                    turn = await self._open(db, identity=identity, request=request)
-                    turn.idempotency_key = idempotency_key
-                    return turn
-            except _SessionTaken:
-                if time.monotonic() + pause > deadline:
-                    raise SessionBusy() from None
-                await asyncio.sleep(pause * random.uniform(0.5, 1.5))  # noqa: S311
-                pause = min(pause * 2, 0.5)
+            opened = await self._open(identity=identity, request=request, key=idempotency_key)
+            if not isinstance(opened, Opening) or opened.started:
+                return self._turn(identity, request, opened, idempotency_key)
+            if not opened.user_found:  # not known here yet: create it, then try again
+                async with self._database.transaction() as db:
+                    await upsert_user(db=db, identity=identity)
+                continue
+            if opened.rate_limited:
+                raise RateLimited(retry_after_s=opened.retry_after_s)
+            if not opened.session_found:
+                raise SessionNotFound()
+            if time.monotonic() + pause > deadline:  # another turn holds the session
+                raise SessionBusy()
+            await asyncio.sleep(pause * random.uniform(0.5, 1.5))  # noqa: S311
+            pause = min(pause * 2, 0.5)
 
-    async def _open(self, db: AsyncConnection, *, identity: Identity, request: ChatRequest) -> Turn:
+    async def _open(
+        self, *, identity: Identity, request: ChatRequest, key: str | None
+    ) -> Opening | Replay:
+        """One try at starting the turn; with an Idempotency-Key, the key is claimed in
+        the same transaction (a refused try changes nothing, the claim included)."""
         settings = self._settings
-        owner = identity.user_id
-        turn_id = uuid.uuid4()
-        lease_s = settings.chat_session_lease_s
-        admission = await turns.admit(
-            db,
-            owner=owner,
-            timezone=request.timezone,
-            per_minute=settings.chat_rate_limit_per_minute,
-        )
-        if not admission.allowed:
-            raise RateLimited(retry_after_s=admission.retry_after_s)
-        if request.session_id is None:
-            session_id = await turns.create_session(
+
+        async def open_turn(db: AsyncConnection) -> Opening:
+            return await turns.open_turn(
                 db,
-                owner=owner,
-                title=turns.title_from(request.message),
-                turn_id=turn_id,
-                lease_s=lease_s,
+                owner=identity.user_id,
+                session_id=request.session_id,
+                message=request.message,
+                turn_id=uuid.uuid4(),
+                timezone=request.timezone,
+                per_minute=settings.chat_rate_limit_per_minute,
+                lease_s=settings.chat_session_lease_s,
+                history=settings.agent_history_messages,
             )
-        else:
-            session_id = request.session_id
-            if not await turns.take_lease(
-                db, owner=owner, session_id=session_id, turn_id=turn_id, lease_s=lease_s
-            ):
-                raise _SessionTaken()
-        user_message_id, history = await turns.add_user_message(
-            db,
-            owner=owner,
-            session_id=session_id,
-            content=request.message,
-            history=settings.agent_history_messages,
-        )
-        tz = ZoneInfo(admission.timezone)
-        budget = settings.agent_daily_token_budget
-        over_budget = bool(budget) and admission.tokens_today >= budget
+
+        if key is None:
+            async with self._database.autocommit() as db:
+                return await open_turn(db)
+        try:
+            async with self._database.connection() as db:
+                replay = await idempotency.claim(
+                    db,
+                    owner=identity.user_id,
+                    key=key,
+                    fingerprint=idempotency.request_hash("chat", request.model_dump(mode="json")),
+                    ttl_s=settings.idempotency_ttl_s,
+                    lock_s=settings.chat_session_lease_s,
+                )
+                if replay is not None:
+                    return replay
+                opened = await open_turn(db)
+                if not opened.started:
+                    raise _Refused(opened)  # and the key is free again
+                return opened
+        except _Refused as refused:
+            return refused.opening
+
+    def _turn(
+        self,
+        identity: Identity,
+        request: ChatRequest,
+        opened: Opening | Replay,
+        key: str | None,
+    ) -> Turn | Replay:
+        if isinstance(opened, Replay):
+            return opened
+        assert opened.session_id is not None
+        assert opened.user_message_id is not None
+        tz = ZoneInfo(opened.timezone)
+        budget = self._settings.agent_daily_token_budget
+        over_budget = bool(budget) and opened.tokens_today >= budget
         return Turn(
-            id=turn_id,
-            owner=owner,
-            session_id=session_id,
-            user_message_id=user_message_id,
+            id=opened.turn_id,
+            owner=identity.user_id,
+            session_id=opened.session_id,
+            user_message_id=opened.user_message_id,
             message=request.message,
-            tools=TodoTools(owner=owner, name=admission.name, tz=tz),
+            tools=TodoTools(owner=identity.user_id, name=opened.name, tz=tz),
             messages=[
-                {"role": "system", "content": system_prompt(admission.name, tz)},
-                *to_model_messages(history),
+                {"role": "system", "content": system_prompt(opened.name, tz)},
+                *to_model_messages(opened.history),
             ],
             use_model=self._client is not None and not over_budget,
             fallback_reason=(
-                None
-                if self._client is not None and not over_budget
-                else "token_budget"
-                if over_budget
-                else "no_api_key"
+                "token_budget" if over_budget else None if self._client else "no_api_key"
             ),
+            idempotency_key=key,
         )
 
     # -- run ------------------------------------------------------------------------------

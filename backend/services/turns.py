@@ -2,7 +2,7 @@
 
 A turn touches the database in short transactions only, never while the model thinks:
   begin:  admit the user (rate limit, timezone), take the session's lease, store the user
-          message and read the recent history (3 statements, one transaction);
+          message and read the recent history (1 statement);
   tools:  each tool call commits its effect together with its record in the conversation;
   finish: store the reply, bump the session, release the lease, count tokens (1 statement).
 The lease lives in the session row, so it holds across processes and replicas, and it
@@ -15,7 +15,7 @@ database spent answering them.
 """
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -32,57 +32,90 @@ HistoryRow = tuple[str, str | None, list[dict[str, Any]] | None, list[dict[str, 
 
 
 @dataclass(frozen=True, slots=True)
-class Admission:
-    name: str | None
-    timezone: str
-    allowed: bool
-    retry_after_s: float
-    tokens_today: int
+class Opening:
+    """What starting a turn found: the turn started (`session_id` and `history` set), or
+    why not: rate limited, the session busy or not the user's, or no such user row."""
+
+    started: bool
+    turn_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    session_id: uuid.UUID | None = None
+    user_message_id: uuid.UUID | None = None
+    history: list[HistoryRow] = field(default_factory=list)
+    name: str | None = None
+    timezone: str = "UTC"
+    tokens_today: int = 0
+    rate_limited: bool = False
+    retry_after_s: float = 0.0
+    session_found: bool = True
+    user_found: bool = True
 
 
-# GCRA over the user row: `chat_tat` is when the user's "bucket" is next empty. A turn is
-# admitted when that is at most `tau` ahead of now (a burst of `per_minute` turns), and then
-# moves it `interval` further. The row lock makes it exact across replicas; it is a NO KEY
-# UPDATE lock so that it does not conflict with the KEY SHARE locks that inserting a session
-# (a foreign key to users) takes in a concurrent turn of the same user.
-_ADMIT = text(
-    """
-    UPDATE users AS u SET
-        chat_tat = CASE WHEN g.allowed THEN g.base + make_interval(secs => :interval)
-                        ELSE u.chat_tat END,
-        timezone = COALESCE(:timezone, u.timezone)
-    FROM (
-        SELECT id,
+# The start of a turn, in one statement that is atomic by itself:
+#  gate:     the user's rate limit, read under a row lock. GCRA: `chat_tat` is when the
+#            user's "bucket" is next empty; a turn is allowed when that is at most `tau`
+#            ahead of now (a burst of CHAT_RATE_LIMIT_PER_MINUTE turns), and then moves it
+#            `interval` further. The lock makes it exact across replicas; a NO KEY UPDATE
+#            lock does not conflict with the KEY SHARE locks that inserting a session (a
+#            foreign key to users) takes in a concurrent turn of the same user.
+#  lease:    if allowed, take the session (or create it) for this turn; the lease lives in
+#            the session row and expires, so a process that dies mid-turn cannot wedge it.
+#  admitted: if the session was taken, count the turn and remember the user's timezone.
+#  added:    and store the user message.
+# Then the history: the latest messages before this one (the statement's snapshot does not
+# see the row it inserts), newest first, by one index range scan on (session_id, seq) whose
+# cost does not grow with the session. Refused turns change nothing.
+_OPEN_TURN = """
+    WITH gate AS (
+        SELECT name, timezone,
                GREATEST(COALESCE(chat_tat, now()), now()) AS base,
                GREATEST(COALESCE(chat_tat, now()), now()) - now()
-                   <= make_interval(secs => :tau) AS allowed
+                   <= make_interval(secs => :tau) AS allowed,
+               CASE WHEN tokens_day = CURRENT_DATE THEN tokens_used ELSE 0 END AS tokens_today
         FROM users WHERE id = :owner FOR NO KEY UPDATE
-    ) AS g
-    WHERE u.id = g.id
-    RETURNING u.name, u.timezone, g.allowed,
-              EXTRACT(EPOCH FROM g.base - now())::float8 - :tau AS retry_after_s,
-              CASE WHEN u.tokens_day = CURRENT_DATE THEN u.tokens_used ELSE 0 END AS tokens_today
-    """
+    ), lease AS (
+        {lease}
+    ), admitted AS (
+        UPDATE users SET chat_tat = (SELECT base FROM gate) + make_interval(secs => :interval),
+                         timezone = COALESCE(:timezone, timezone)
+        WHERE id = :owner AND EXISTS (SELECT FROM lease)
+    ), added AS (
+        INSERT INTO agent_messages (id, session_id, user_id, role, content, created_at)
+        SELECT :message, id, :owner, 'user', :content, clock_timestamp() FROM lease
+    )
+    SELECT gate.allowed, gate.name, COALESCE(:timezone, gate.timezone) AS timezone,
+           gate.tokens_today,
+           EXTRACT(EPOCH FROM gate.base - now())::float8 - :tau AS retry_after_s,
+           (SELECT id FROM lease) AS session_id,
+           {found} AS session_found,
+           (SELECT COALESCE(json_agg(h ORDER BY h.seq), '[]') FROM (
+                SELECT seq, role, content, tool_calls, tool_results FROM agent_messages
+                WHERE session_id = (SELECT id FROM lease) AND user_id = :owner
+                ORDER BY seq DESC LIMIT :limit
+           ) AS h) AS history
+    FROM gate
+"""
+_OPEN_TURN_IN_SESSION = text(
+    _OPEN_TURN.format(
+        lease="""
+        UPDATE agent_sessions
+        SET lease_owner = :turn, lease_expires_at = now() + make_interval(secs => :lease)
+        WHERE id = :session AND user_id = :owner
+          AND (lease_expires_at IS NULL OR lease_expires_at < now())
+          AND (SELECT allowed FROM gate)
+        RETURNING id""",
+        found="EXISTS (SELECT FROM agent_sessions WHERE id = :session AND user_id = :owner)",
+    )
 )
-
-_CREATE_SESSION = text(
-    """
-    INSERT INTO agent_sessions (id, user_id, title, lease_owner, lease_expires_at)
-    VALUES (:session, :owner, :title, :turn, now() + make_interval(secs => :lease))
-    """
+_OPEN_TURN_IN_NEW_SESSION = text(
+    _OPEN_TURN.format(
+        lease="""
+        INSERT INTO agent_sessions (id, user_id, title, lease_owner, lease_expires_at)
+        SELECT :session, :owner, :title, :turn, now() + make_interval(secs => :lease)
+        FROM gate WHERE gate.allowed
+        RETURNING id""",
+        found="true",
+    )
 )
-
-_TAKE_LEASE = text(
-    """
-    UPDATE agent_sessions
-    SET lease_owner = :turn, lease_expires_at = now() + make_interval(secs => :lease)
-    WHERE id = :session AND user_id = :owner
-      AND (lease_expires_at IS NULL OR lease_expires_at < now())
-    RETURNING id
-    """
-)
-
-_SESSION_EXISTS = text("SELECT 1 FROM agent_sessions WHERE id = :session AND user_id = :owner")
 
 _RENEW_LEASE = text(
     """
@@ -96,22 +129,6 @@ _RELEASE_LEASE = text(
     """
     UPDATE agent_sessions SET lease_owner = NULL, lease_expires_at = NULL
     WHERE id = :session AND lease_owner = :turn
-    """
-)
-
-# Store the user message and read the history before it, in one statement: the SELECT runs
-# on the statement's snapshot, so it does not see the row being inserted. The history is the
-# latest messages, newest first: one index range scan on (session_id, seq), the same cost
-# whatever the length of the session.
-_ADD_USER_MESSAGE_READ_HISTORY = text(
-    """
-    WITH added AS (
-        INSERT INTO agent_messages (id, session_id, user_id, role, content, created_at)
-        VALUES (:message, :session, :owner, 'user', :content, clock_timestamp())
-    )
-    SELECT role, content, tool_calls, tool_results FROM agent_messages
-    WHERE session_id = :session AND user_id = :owner
-    ORDER BY seq DESC LIMIT :limit
     """
 )
 
@@ -162,26 +179,6 @@ _FINISH = text(
 )
 
 
-async def admit(
-    db: AsyncConnection, *, owner: str, timezone: str | None, per_minute: int
-) -> Admission:
-    """Count a chat turn against the user's rate limit; remember their timezone."""
-    interval = 60.0 / per_minute if per_minute else 0.0
-    tau = 60.0 - interval if per_minute else 1e9
-    row = (
-        await db.execute(
-            _ADMIT, {"owner": owner, "timezone": timezone, "interval": interval, "tau": tau}
-        )
-    ).one()
-    return Admission(
-        name=row.name,
-        timezone=row.timezone,
-        allowed=row.allowed,
-        retry_after_s=max(row.retry_after_s, 0.0),
-        tokens_today=row.tokens_today,
-    )
-
-
 def title_from(message: str) -> str:
     """A session title from its first message: the first line, cut at a word boundary."""
     line = " ".join(message.split())
@@ -191,34 +188,60 @@ def title_from(message: str) -> str:
     return (cut or line[:TITLE_CHARS]) + "…"
 
 
-async def create_session(
-    db: AsyncConnection, *, owner: str, title: str, turn_id: uuid.UUID, lease_s: float
-) -> uuid.UUID:
-    """A new session, already leased to the turn that creates it."""
-    session_id = uuid.uuid4()
-    await db.execute(
-        _CREATE_SESSION,
-        {"session": session_id, "owner": owner, "title": title, "turn": turn_id, "lease": lease_s},
-    )
-    return session_id
-
-
-async def take_lease(
+async def open_turn(
     db: AsyncConnection,
     *,
     owner: str,
-    session_id: uuid.UUID,
+    session_id: uuid.UUID | None,
+    message: str,
     turn_id: uuid.UUID,
+    timezone: str | None,
+    per_minute: int,
     lease_s: float,
-) -> bool:
-    """Take the session for this turn if nobody holds it. False: busy. Unknown: 404."""
-    key = {"session": session_id, "owner": owner}
-    taken = await db.execute(_TAKE_LEASE, {**key, "turn": turn_id, "lease": lease_s})
-    if taken.first() is not None:
-        return True
-    if (await db.execute(_SESSION_EXISTS, key)).first() is None:
-        raise SessionNotFound()
-    return False
+    history: int,
+) -> Opening:
+    """Start a turn: admit it, take (or create) the session, store the user message and
+    read the `history` latest messages ending with it, oldest first. One statement."""
+    interval = 60.0 / per_minute if per_minute else 0.0
+    tau = 60.0 - interval if per_minute else 1e9
+    message_id = uuid.uuid4()
+    params: dict[str, Any] = {
+        "owner": owner,
+        "session": session_id or uuid.uuid4(),
+        "turn": turn_id,
+        "lease": lease_s,
+        "interval": interval,
+        "tau": tau,
+        "timezone": timezone,
+        "message": message_id,
+        "content": message,
+        "limit": history - 1,
+    }
+    if session_id is None:
+        statement, params["title"] = _OPEN_TURN_IN_NEW_SESSION, title_from(message)
+    else:
+        statement = _OPEN_TURN_IN_SESSION
+    row = (await db.execute(statement, params)).first()
+    if row is None:
+        return Opening(started=False, user_found=False)
+    if row.session_id is None:
+        return Opening(
+            started=False,
+            rate_limited=not row.allowed,
+            retry_after_s=max(row.retry_after_s, 0.0),
+            session_found=row.session_found,
+        )
+    earlier = [(m["role"], m["content"], m["tool_calls"], m["tool_results"]) for m in row.history]
+    return Opening(
+        started=True,
+        turn_id=turn_id,
+        session_id=row.session_id,
+        user_message_id=message_id,
+        history=[*earlier, ("user", message, None, None)],
+        name=row.name,
+        timezone=row.timezone,
+        tokens_today=row.tokens_today,
+    )
 
 
 async def renew_lease(
@@ -233,26 +256,6 @@ async def renew_lease(
 
 async def release_lease(db: AsyncConnection, *, session_id: uuid.UUID, turn_id: uuid.UUID) -> None:
     await db.execute(_RELEASE_LEASE, {"session": session_id, "turn": turn_id})
-
-
-async def add_user_message(
-    db: AsyncConnection, *, owner: str, session_id: uuid.UUID, content: str, history: int
-) -> tuple[uuid.UUID, list[HistoryRow]]:
-    """Store the user message; return its id and the session's latest `history` messages
-    ending with it, oldest first."""
-    message_id = uuid.uuid4()
-    rows = await db.execute(
-        _ADD_USER_MESSAGE_READ_HISTORY,
-        {
-            "message": message_id,
-            "session": session_id,
-            "owner": owner,
-            "content": content,
-            "limit": history - 1,
-        },
-    )
-    earlier: list[HistoryRow] = [(r[0], r[1], r[2], r[3]) for r in reversed(rows.all())]
-    return message_id, [*earlier, ("user", content, None, None)]
 
 
 async def record_tool_call(

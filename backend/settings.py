@@ -31,7 +31,7 @@ class Settings(BaseSettings):
     environment: Literal["development", "production"] = "development"
     database_url: str | None = None
     data_dir: Path = Field(default=Path(".todo-agent"), alias="TODO_AGENT_DATA_DIR")
-    db_pool_size: int = Field(default=10, ge=1)
+    db_pool_size: int = Field(default=20, ge=1)
     db_max_overflow: int = Field(default=10, ge=0)
 
     openai_api_key: SecretStr | None = None

@@ -1,7 +1,7 @@
 """OpenAIAgentService: one chat turn, top to bottom.
 
 begin   admit the user, take the session, store the user message, read the history
-        (one short transaction; this is where 404 / 409 / 429 come from);
+        (one statement; this is where 404 / 409 / 429 come from);
 run     call the model with the tools; carry out every tool call it asks for, each in its
         own transaction together with its record; repeat up to AGENT_MAX_TOOL_ROUNDS;
         fall back to the stub responder when the model cannot answer;

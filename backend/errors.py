@@ -83,11 +83,6 @@ class RateLimited(RetryLater):
     detail = "Too many chat messages; slow down."
 
 
-class TokenBudgetExceeded(RetryLater):
-    status_code = 429
-    detail = "The daily token budget for this user is used up."
-
-
 class DatabaseUnavailable(RetryLater):
     status_code = 503
     detail = "The database is unavailable; retry shortly."

@@ -69,7 +69,11 @@ def start_of_day(tz: ZoneInfo, now: datetime | None = None) -> datetime:
     return datetime.combine(local.date(), time(), tzinfo=tz)
 
 
-async def user_timezone(*, db: AsyncSession, owner: str) -> ZoneInfo:
+async def _zone(*, db: AsyncSession, owner: str, tz: ZoneInfo | None, needed: bool) -> ZoneInfo:
+    """The zone to read dates in: the caller's, else the user's stored one (looked up only
+    when a date actually needs reading), else UTC."""
+    if tz is not None or not needed:
+        return tz or ZoneInfo("UTC")
     name = (await db.exec(select(col(User.timezone)).where(col(User.id) == owner))).one_or_none()
     return ZoneInfo(name or "UTC")
 
@@ -79,8 +83,7 @@ async def create_task(
 ) -> Task:
     """Insert with the owner's next number, allocated in the same statement: the counter row
     is locked until commit, so concurrent creates get distinct numbers, never reused."""
-    if tz is None and data.due_at is not None:
-        tz = await user_timezone(db=db, owner=owner)
+    tz = await _zone(db=db, owner=owner, tz=tz, needed=data.due_at is not None)
     next_number = (
         update(User)
         .where(col(User.id) == owner)
@@ -96,7 +99,7 @@ async def create_task(
             number=select(next_number.c.task_seq).scalar_subquery(),
             title=data.title,
             description=data.description,
-            due_at=resolve_due_at(data.due_at, tz or ZoneInfo("UTC")),
+            due_at=resolve_due_at(data.due_at, tz),
             priority=data.priority,
             tags=data.tags,
             created_at=func.now(),
@@ -152,9 +155,8 @@ async def list_tasks(
     *, db: AsyncSession, owner: str, filters: TaskFilters, tz: ZoneInfo | None = None
 ) -> TasksPublic:
     """One page in task-number order, with the total count of matches."""
-    if tz is None and filters.due in ("today", "week"):
-        tz = await user_timezone(db=db, owner=owner)
-    conditions = _conditions(owner, filters, tz or ZoneInfo("UTC"))
+    tz = await _zone(db=db, owner=owner, tz=tz, needed=filters.due in ("today", "week"))
+    conditions = _conditions(owner, filters, tz)
     page = (
         select(Task)
         .where(*conditions)
@@ -184,10 +186,8 @@ async def task_counts(*, db: AsyncSession, owner: str) -> dict[str, int]:
     return {"pending": row[0], "completed": row[1], "overdue": row[2]}
 
 
-async def get_task(*, db: AsyncSession, owner: str, ref: TaskRef, lock: bool = False) -> Task:
+async def get_task(*, db: AsyncSession, owner: str, ref: TaskRef) -> Task:
     statement = select(Task).where(col(Task.user_id) == owner, ref.where())
-    if lock:
-        statement = statement.with_for_update()
     task = (await db.exec(statement)).one_or_none()
     if task is None:
         raise TaskNotFound()
@@ -199,9 +199,8 @@ async def update_task(
 ) -> Task:
     changes: dict[str, Any] = data.model_dump(exclude_unset=True)
     if "due_at" in changes:
-        if tz is None and data.due_at is not None:
-            tz = await user_timezone(db=db, owner=owner)
-        changes["due_at"] = resolve_due_at(data.due_at, tz or ZoneInfo("UTC"))
+        tz = await _zone(db=db, owner=owner, tz=tz, needed=data.due_at is not None)
+        changes["due_at"] = resolve_due_at(data.due_at, tz)
     if "completed" in changes:
         changes.update(_completion(changes["completed"]))
     return await _update(db=db, owner=owner, ref=ref, changes=changes)

@@ -1,27 +1,24 @@
 # syntax=docker/dockerfile:1
-# todo-agent: build the virtualenv in one stage, run it slim and unprivileged in the next.
+# todo-agent: build the wheel in one stage; install it, and nothing else, slim and unprivileged.
 
 FROM python:3.11-slim AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
-RUN python -m venv /venv
 COPY pyproject.toml constraints.txt README.md ./
 COPY backend ./backend
-RUN /venv/bin/pip install --constraint constraints.txt .
+RUN pip wheel --no-deps --wheel-dir /dist . \
+    && python -m venv /venv \
+    && /venv/bin/pip install --constraint constraints.txt /dist/*.whl
 
 FROM python:3.11-slim
 ENV PATH=/venv/bin:$PATH \
-    PYTHONPATH=/app \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     ENVIRONMENT=production
 RUN useradd --system --uid 10001 --no-create-home app
+# The installed wheel carries its migrations: no source tree, no PYTHONPATH.
 COPY --from=build /venv /venv
-WORKDIR /app
-# The source next to its migrations: `todo-agent migrate` finds alembic.ini beside backend/.
-COPY --chown=root:root alembic.ini ./
-COPY --chown=root:root alembic ./alembic
-COPY --chown=root:root backend ./backend
+WORKDIR /tmp
 USER app
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=3s --start-period=30s --retries=3 \

@@ -9,13 +9,18 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-ALEMBIC_INI = Path(__file__).resolve().parent.parent / "alembic.ini"
+# The scripts ship inside the package (the top-level alembic/ links here for developers), so
+# an installed wheel migrates with no source tree and no alembic.ini beside it.
+SCRIPT_LOCATION = Path(__file__).resolve().parent / "alembic"
 # Serializes concurrent `migrate` runs (several replicas starting at once).
 _MIGRATION_LOCK_ID = 0x70D0A6E7
 
 
 def alembic_config() -> Config:
-    return Config(str(ALEMBIC_INI))
+    """Alembic configured from code: the packaged scripts, no ini file."""
+    config = Config()
+    config.set_main_option("script_location", str(SCRIPT_LOCATION))
+    return config
 
 
 @cache

@@ -1,0 +1,164 @@
+"""`todo-agent serve | migrate | token`."""
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Iterator
+from types import FrameType
+
+from backend.logs import configure_logging
+from backend.metrics import MULTIPROC_DIR_ENV
+from backend.settings import ConfigError, Settings, load_settings
+
+logger = logging.getLogger("todo_agent.cli")
+
+
+def _database_url(settings: Settings) -> str:
+    """DATABASE_URL, or in development an embedded PostgreSQL under the data dir."""
+    if settings.database_url:
+        return settings.database_url
+    if settings.is_production:
+        raise ConfigError("ENVIRONMENT=production needs DATABASE_URL.")
+    from backend.embedded_db import EmbeddedPostgres
+
+    url = EmbeddedPostgres(settings.data_dir).start()
+    logger.info("embedded PostgreSQL", extra={"pgdata": str(settings.data_dir / "pgdata")})
+    return url
+
+
+def _migrate(url: str) -> None:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from backend.migrations import migrate
+
+    async def run() -> None:
+        engine = create_async_engine(url)
+        try:
+            await migrate(engine)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(run())
+
+
+@contextlib.contextmanager
+def _metrics_dir(settings: Settings, workers: int) -> Iterator[None]:
+    """Worker processes share their metrics through files: in PROMETHEUS_MULTIPROC_DIR when
+    configured (it must start empty), else with several workers in a fresh directory that
+    goes when they do. Exported before the workers start: prometheus_client reads it when
+    it is imported."""
+    if settings.prometheus_multiproc_dir is not None:
+        settings.prometheus_multiproc_dir.mkdir(parents=True, exist_ok=True)
+        os.environ[MULTIPROC_DIR_ENV] = str(settings.prometheus_multiproc_dir)
+        yield
+        return
+    if workers <= 1:
+        yield
+        return
+    path = tempfile.mkdtemp(prefix="todo-agent-metrics-")
+    os.environ[MULTIPROC_DIR_ENV] = path
+    try:
+        yield
+    finally:
+        del os.environ[MULTIPROC_DIR_ENV]
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _exit_cleanly(signum: int, _: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
+def serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    settings = load_settings()
+    configure_logging(settings.log_level)
+    url = _database_url(settings)
+    # Workers build their own settings from the environment; they must find the same database.
+    os.environ["DATABASE_URL"] = url
+    _migrate(url)
+    if not settings.openai_api_key:
+        logger.warning("no OPENAI_API_KEY; answering with the stub responder")
+    with _metrics_dir(settings, args.workers):
+        # uvicorn handles SIGTERM / SIGINT while it serves: it stops accepting, lets
+        # in-flight requests finish (up to the grace period), runs the lifespan shutdown
+        # (which drains background turns), then raises the signal again for the previous
+        # handler. That handler is this one: a graceful stop exits 0, not "killed by signal".
+        for stop in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(stop, _exit_cleanly)
+        uvicorn.run(
+            "backend.main:create_app",
+            factory=True,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            proxy_headers=True,
+            log_config=None,  # ours (backend.logs), set up here and by the app factory
+            access_log=False,  # backend.middleware writes one line per request instead
+            timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),
+        )
+
+
+def migrate(_: argparse.Namespace) -> None:
+    settings = load_settings()
+    configure_logging(settings.log_level)
+    _migrate(_database_url(settings))
+    print("todo-agent: migrations at head", file=sys.stderr)
+
+
+def token(args: argparse.Namespace) -> None:
+    from backend.auth import create_token
+
+    settings = load_settings()
+    if settings.jwt_secret is None:
+        raise ConfigError("`token` signs with JWT_SECRET, and none is configured.")
+    print(
+        create_token(
+            secret=settings.jwt_secret.get_secret_value(),
+            user_id=args.user_id,
+            ttl_s=args.ttl,
+            email=args.email,
+            name=args.name,
+            issuer=settings.jwt_issuer,
+            audience=settings.jwt_audience,
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="todo-agent", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve_parser = commands.add_parser("serve", help="serve the API")
+    serve_parser.add_argument("--host", default="127.0.0.1")
+    serve_parser.add_argument("--port", type=int, default=8000)
+    serve_parser.add_argument("--workers", type=int, default=1)
+    serve_parser.set_defaults(run=serve)
+
+    migrate_parser = commands.add_parser("migrate", help="apply migrations to DATABASE_URL")
+    migrate_parser.set_defaults(run=migrate)
+
+    token_parser = commands.add_parser("token", help="print a JWT this service accepts")
+    token_parser.add_argument("user_id")
+    token_parser.add_argument("--ttl", type=int, default=3600, help="seconds (default 3600)")
+    token_parser.add_argument("--email")
+    token_parser.add_argument("--name")
+    token_parser.set_defaults(run=token)
+
+    args = parser.parse_args(argv)
+    try:
+        args.run(args)
+    except ConfigError as error:
+        print(f"todo-agent: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

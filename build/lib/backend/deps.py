@@ -1,0 +1,78 @@
+"""Named dependencies: a route's signature says what it needs."""
+
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import Depends, Header, Path, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from backend.auth import Identity
+from backend.context import AppContext
+from backend.errors import InvalidToken, UserMismatch
+from backend.services.agent import OpenAIAgentService
+from backend.services.users import upsert_user
+
+
+# Plain functions, but `async def`: FastAPI runs a sync dependency in its threadpool.
+async def get_context(request: Request) -> AppContext:
+    context: AppContext = request.app.state.context
+    return context
+
+
+Context = Annotated[AppContext, Depends(get_context)]
+
+
+async def get_db(context: Context) -> AsyncIterator[AsyncSession]:
+    async with context.database.transaction() as db:
+        yield db
+
+
+# Committed before the response is sent, so a 2xx means the change is durable.
+DbSession = Annotated[AsyncSession, Depends(get_db, scope="function")]
+
+_bearer = HTTPBearer(auto_error=False, description="A JWT whose `sub` is the user id.")
+
+
+async def current_identity(
+    context: Context,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Identity:
+    if credentials is None:
+        raise InvalidToken()
+    return await context.verifier.verify(credentials.credentials)
+
+
+async def current_user(
+    user_id: Annotated[str, Path(min_length=1, max_length=255)],
+    identity: Annotated[Identity, Depends(current_identity)],
+    context: Context,
+) -> Identity:
+    """The signed-in user, who must be the one the path names; created on first sight."""
+    if user_id != identity.user_id:
+        raise UserMismatch()
+    if identity.user_id not in context.known_users:
+        async with context.database.transaction() as db:
+            await upsert_user(db=db, identity=identity)
+        context.known_users.add(identity.user_id)
+    return identity
+
+
+CurrentUser = Annotated[Identity, Depends(current_user)]
+
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        max_length=255,
+        description="A retry with the same key gets the first answer and changes nothing.",
+    ),
+]
+
+
+async def get_agent(context: Context) -> OpenAIAgentService:
+    return context.agent
+
+
+Agent = Annotated[OpenAIAgentService, Depends(get_agent)]

@@ -1,0 +1,141 @@
+"""Domain errors that know their HTTP meaning, and the one place that renders them."""
+
+import logging
+import math
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
+
+logger = logging.getLogger("todo_agent.errors")
+
+
+class DomainError(Exception):
+    status_code = 400
+    detail = "Bad request."
+
+    def __init__(self, detail: str | None = None, *, headers: dict[str, str] | None = None):
+        super().__init__(detail or self.detail)
+        if detail is not None:
+            self.detail = detail
+        self.headers = headers or {}
+
+
+class InvalidToken(DomainError):
+    status_code = 401
+    detail = "Invalid or missing bearer token."
+
+    def __init__(self, detail: str | None = None) -> None:
+        super().__init__(detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+class UserMismatch(DomainError):
+    status_code = 403
+    detail = "The user id in the path is not the signed-in user."
+
+
+class NotFound(DomainError):
+    status_code = 404
+    detail = "Not found."
+
+
+class TaskNotFound(NotFound):
+    detail = "Task not found."
+
+
+class SessionNotFound(NotFound):
+    detail = "Session not found."
+
+
+class Conflict(DomainError):
+    status_code = 409
+    detail = "Conflict."
+
+
+class SessionBusy(Conflict):
+    detail = "This session is busy with another message; try again when it has answered."
+
+
+class IdempotencyInProgress(Conflict):
+    detail = "A request with this Idempotency-Key is still running; retry later."
+
+
+class IdempotencyKeyReused(DomainError):
+    status_code = 422
+    detail = "This Idempotency-Key was already used with a different request body."
+
+
+class PayloadTooLarge(DomainError):
+    status_code = 413
+    detail = "Request body too large."
+
+
+class RetryLater(DomainError):
+    """An error the client should retry after some seconds (Retry-After)."""
+
+    def __init__(self, detail: str | None = None, *, retry_after_s: float) -> None:
+        super().__init__(detail, headers={"Retry-After": str(max(1, math.ceil(retry_after_s)))})
+
+
+class RateLimited(RetryLater):
+    status_code = 429
+    detail = "Too many chat messages; slow down."
+
+
+class DatabaseUnavailable(RetryLater):
+    status_code = 503
+    detail = "The database is unavailable; retry shortly."
+
+    def __init__(self, detail: str | None = None) -> None:
+        super().__init__(detail, retry_after_s=2)
+
+
+def error_response(error: DomainError) -> JSONResponse:
+    return JSONResponse({"detail": error.detail}, error.status_code, headers=error.headers)
+
+
+async def _domain_error(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, DomainError)
+    return error_response(error)
+
+
+async def _validation_error(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    # The ctx of a pydantic error may hold the exception object itself; keep it printable.
+    details = [
+        {key: value for key, value in item.items() if key in ("loc", "msg", "type")}
+        for item in error.errors()
+    ]
+    return JSONResponse({"detail": details}, 422)
+
+
+def _refused_data_sqlstate(error: sa_exc.DBAPIError) -> str | None:
+    """The SQLSTATE when PostgreSQL (or the driver, encoding a parameter) refused a value:
+    class 22, "data exception". asyncpg's come wrapped as plain DBAPIError, not DataError."""
+    sqlstate = getattr(error.orig, "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate.startswith("22"):
+        return sqlstate
+    return "22000" if isinstance(error, sa_exc.DataError) else None
+
+
+async def _database_error(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, sa_exc.DBAPIError)
+    sqlstate = _refused_data_sqlstate(error)
+    if sqlstate is None:
+        raise error  # not the client's doing: on to the server-error handler, a 500
+    # Input the validators let through but PostgreSQL refuses: still the client's data.
+    logger.warning("database refused the data: SQLSTATE %s", sqlstate)
+    return JSONResponse({"detail": "The request contains data that cannot be stored."}, 422)
+
+
+async def _unexpected(_: Request, error: Exception) -> JSONResponse:
+    logger.exception("unhandled error", exc_info=error)
+    return JSONResponse({"detail": "Internal server error."}, 500)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(DomainError, _domain_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(sa_exc.DBAPIError, _database_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,148 @@
+"""Prometheus metrics: what the service is doing, for `/metrics`.
+
+With several worker processes (`todo-agent serve --workers N`), `serve` points
+PROMETHEUS_MULTIPROC_DIR at a fresh directory before the workers start; each worker then
+writes its samples there and a scrape of any worker aggregates all of them. Without it,
+metrics live in process memory and a scrape reads them directly.
+"""
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+    multiprocess,
+)
+
+MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# Read once: prometheus_client picks its storage (memory or files) at import time too.
+_MULTIPROC_DIR = os.environ.get(MULTIPROC_DIR_ENV)
+# No `*_created` series next to every counter and histogram: nothing here reads them.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+DB_STATEMENTS = Counter(
+    "todo_agent_db_statements_total", "SQL statements sent to PostgreSQL (engine events)."
+)
+
+HTTP_REQUEST_SECONDS = Histogram(
+    "todo_agent_http_request_duration_seconds",
+    "HTTP requests, from the first byte in to the last byte out (streams included), by "
+    "method, route template ('unmatched' when no route took the request) and status.",
+    ["method", "route", "status"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+
+MODEL_CALLS = Counter(
+    "todo_agent_model_calls_total",
+    "Calls to the model (each attempt), by outcome: ok, rate_limited, timeout, connection, "
+    "http_4xx, http_5xx, bad_response.",
+    ["outcome"],
+)
+MODEL_CALL_SECONDS = Histogram(
+    "todo_agent_model_call_seconds",
+    "Time per model call (each attempt, whatever its outcome).",
+    buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60),
+)
+TOKENS = Counter("todo_agent_tokens_total", "Tokens the model reported using, by kind.", ["kind"])
+STUB_FALLBACKS = Counter(
+    "todo_agent_stub_fallbacks_total",
+    "Turns answered by the stub responder, by reason: no_api_key, token_budget, or the "
+    "model failure that made it take over (rate_limited, timeout, http_5xx, ...).",
+    ["reason"],
+)
+TOOL_CALLS = Counter(
+    "todo_agent_tool_calls_total",
+    "Tool calls carried out (model and stub), by tool and outcome (ok, error).",
+    ["tool", "outcome"],
+)
+CHAT_TURNS = Counter(
+    "todo_agent_chat_turns_total",
+    "Chat turns, by outcome: model (the model answered), stub (the stub answered), error.",
+    ["outcome"],
+)
+CHAT_TURN_SECONDS = Histogram(
+    "todo_agent_chat_turn_seconds",
+    "Time to answer and store a chat turn.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120),
+)
+CHAT_TURNS_IN_FLIGHT = Gauge(
+    "todo_agent_chat_turns_in_flight",
+    "Chat turns running now (streamed ones included).",
+    multiprocess_mode="livesum",
+)
+
+
+def failure_kind(reason: str) -> str:
+    """A failure reason as a low-cardinality label: http_503 -> http_5xx."""
+    if reason.startswith("http_") and reason[5:].isdigit():
+        return f"http_{reason[5]}xx"
+    return reason
+
+
+def record_model_call(
+    *, seconds: float, outcome: str, prompt_tokens: int = 0, completion_tokens: int = 0
+) -> None:
+    """One model call: `outcome` is "ok" or the failure reason (rate_limited, http_503...)."""
+    MODEL_CALLS.labels(failure_kind(outcome)).inc()
+    MODEL_CALL_SECONDS.observe(seconds)
+    if prompt_tokens:
+        TOKENS.labels("prompt").inc(prompt_tokens)
+    if completion_tokens:
+        TOKENS.labels("completion").inc(completion_tokens)
+
+
+def record_stub_fallback(reason: str) -> None:
+    STUB_FALLBACKS.labels(failure_kind(reason)).inc()
+
+
+def record_tool_call(tool: str, *, ok: bool) -> None:
+    """`tool` must come from a fixed set (the known tool names, or "unknown")."""
+    TOOL_CALLS.labels(tool, "ok" if ok else "error").inc()
+
+
+@dataclass
+class TrackedTurn:
+    outcome: str = "error"  # set to "model" or "stub" once the reply is stored
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self.started
+
+
+@contextmanager
+def track_turn() -> Iterator[TrackedTurn]:
+    """Count a turn in flight while the block runs, then by its outcome and duration."""
+    tracked = TrackedTurn()
+    CHAT_TURNS_IN_FLIGHT.inc()
+    try:
+        yield tracked
+    finally:
+        CHAT_TURNS_IN_FLIGHT.dec()
+        CHAT_TURNS.labels(tracked.outcome).inc()
+        CHAT_TURN_SECONDS.observe(tracked.elapsed_s)
+
+
+def render() -> tuple[bytes, str]:
+    if _MULTIPROC_DIR is None:
+        return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+    # Every worker's files, read fresh for each scrape (prometheus_client's recipe).
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=_MULTIPROC_DIR)  # type: ignore[no-untyped-call]
+    return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def release_process_metrics() -> None:
+    """A worker that stops takes its in-flight gauge with it (counters stay summed)."""
+    if _MULTIPROC_DIR is not None:
+        multiprocess.mark_process_dead(os.getpid(), path=_MULTIPROC_DIR)  # type: ignore[no-untyped-call]

@@ -1,0 +1,121 @@
+"""Agent sessions (conversations) and their messages."""
+
+import uuid
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field as PydanticField
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    String,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlmodel import Field, SQLModel
+
+from backend.models._types import OptionalTimestamp, Timestamp, Title
+
+Role = Literal["user", "assistant"]
+
+
+class Usage(SQLModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+def _token_column() -> Any:
+    return Field(default=0, sa_column=Column(BigInteger, nullable=False, server_default=text("0")))
+
+
+class AgentSession(SQLModel, table=True):
+    __tablename__ = "agent_sessions"
+    __table_args__ = (
+        # Scanned backwards for "most recently active first".
+        Index("ix_agent_sessions_user_activity", "user_id", "updated_at", "id"),
+    )
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    user_id: str = Field(
+        sa_column=Column(String(255), ForeignKey("users.id", ondelete="CASCADE"), nullable=False)
+    )
+    title: str = Field(max_length=200)
+    created_at: datetime = Timestamp()
+    # Last activity: bumped by every turn; sessions are listed by it.
+    updated_at: datetime = Timestamp()
+    # The turn that holds the session; the lease expires so a dead process cannot wedge it.
+    lease_owner: uuid.UUID | None = None
+    lease_expires_at: datetime | None = OptionalTimestamp()
+    prompt_tokens: int = _token_column()
+    completion_tokens: int = _token_column()
+    total_tokens: int = _token_column()
+
+
+class AgentMessage(SQLModel, table=True):
+    __tablename__ = "agent_messages"
+    __table_args__ = (
+        Index("ix_agent_messages_session_seq", "session_id", "seq"),
+        CheckConstraint("role IN ('user', 'assistant')", name="ck_agent_messages_role"),
+    )
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    # Insertion order; several messages can share a created_at, never a seq.
+    seq: int | None = Field(
+        default=None,
+        sa_column=Column(BigInteger, Identity(always=True), nullable=False),
+    )
+    session_id: uuid.UUID = Field(
+        sa_column=Column(ForeignKey("agent_sessions.id", ondelete="CASCADE"), nullable=False)
+    )
+    user_id: str = Field(sa_column=Column(String(255), nullable=False))
+    role: str = Field(max_length=16)
+    content: str | None = Field(default=None, sa_type=Text)
+    tool_calls: list[dict[str, Any]] | None = Field(default=None, sa_type=JSONB)
+    tool_results: list[dict[str, Any]] | None = Field(default=None, sa_type=JSONB)
+    using_stub: bool = Field(
+        default=False, sa_column=Column(Boolean, nullable=False, server_default=text("false"))
+    )
+    prompt_tokens: int | None = Field(default=None, sa_type=Integer)
+    completion_tokens: int | None = Field(default=None, sa_type=Integer)
+    created_at: datetime = Timestamp()
+
+
+class SessionPublic(SQLModel):
+    id: uuid.UUID
+    title: str
+    created_at: datetime
+    updated_at: datetime
+    usage: Usage
+
+
+class SessionsPublic(SQLModel):
+    data: list[SessionPublic]
+    next_cursor: str | None
+
+
+class SessionUpdate(SQLModel):
+    title: Title
+
+
+class MessagePublic(SQLModel):
+    id: uuid.UUID
+    role: Role
+    content: str | None
+    created_at: datetime
+    tool_calls: list[dict[str, Any]] = PydanticField(default_factory=list)
+    tool_results: list[dict[str, Any]] = PydanticField(default_factory=list)
+    using_stub: bool
+    usage: Usage | None = None
+
+
+class MessagesPublic(SQLModel):
+    data: list[MessagePublic]
+    next_cursor: str | None

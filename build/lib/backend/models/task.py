@@ -1,0 +1,125 @@
+"""Tasks: TaskBase -> TaskCreate / TaskUpdate / Task(table) / TaskPublic / TasksPublic."""
+
+import uuid
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field as PydanticField
+from pydantic import model_validator
+from pydantic.json_schema import SkipJsonSchema
+from sqlalchemy import Boolean, CheckConstraint, Column, ForeignKey, Index, String, text
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlmodel import Field, SQLModel
+
+from backend.models._types import (
+    Description,
+    DueAt,
+    OptionalTimestamp,
+    Tags,
+    Text,
+    Timestamp,
+    Title,
+)
+
+Priority = Literal["low", "medium", "high"]
+StatusFilter = Literal["all", "pending", "completed"]
+DueFilter = Literal["overdue", "today", "week"]
+
+MAX_PAGE = 100
+
+
+class TaskBase(SQLModel):
+    title: Title
+    description: Description | None = None
+    priority: Priority = "medium"
+    tags: Tags = PydanticField(default_factory=list)
+
+
+class TaskCreate(TaskBase):
+    due_at: DueAt | None = PydanticField(
+        default=None,
+        description="ISO 8601 date or date-time; naive values are read in your timezone.",
+    )
+
+
+class TaskUpdate(SQLModel):
+    """A partial update: only the fields sent change; `null` clears an optional field."""
+
+    # Omitted is None here, but `null` is refused, so the schema does not offer it.
+    title: Title | SkipJsonSchema[None] = None
+    description: Description | None = None
+    due_at: DueAt | None = None
+    priority: Priority | SkipJsonSchema[None] = None
+    tags: Tags | SkipJsonSchema[None] = None
+    completed: bool | SkipJsonSchema[None] = None
+
+    @model_validator(mode="after")
+    def _required_fields_not_null(self) -> "TaskUpdate":
+        for name in ("title", "priority", "tags", "completed"):
+            if name in self.model_fields_set and getattr(self, name) is None:
+                raise ValueError(f"{name} cannot be null")
+        return self
+
+
+class TaskCompletion(SQLModel):
+    completed: bool
+
+
+class Task(SQLModel, table=True):
+    __tablename__ = "tasks"
+    __table_args__ = (
+        Index("uq_tasks_user_number", "user_id", "number", unique=True),
+        Index("ix_tasks_user_status_due", "user_id", "completed", "due_at"),
+        CheckConstraint("priority IN ('low', 'medium', 'high')", name="ck_tasks_priority"),
+    )
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    user_id: str = Field(
+        sa_column=Column(String(255), ForeignKey("users.id", ondelete="CASCADE"), nullable=False)
+    )
+    number: int
+    title: str = Field(max_length=200)
+    description: str | None = Field(default=None, max_length=2000)
+    completed: bool = Field(
+        default=False, sa_column=Column(Boolean, nullable=False, server_default=text("false"))
+    )
+    completed_at: datetime | None = OptionalTimestamp()
+    due_at: datetime | None = OptionalTimestamp()
+    priority: str = Field(
+        default="medium", max_length=6, sa_column_kwargs={"server_default": "medium"}
+    )
+    tags: list[str] = Field(
+        default_factory=list,
+        sa_column=Column(ARRAY(String(32)), nullable=False, server_default=text("'{}'")),
+    )
+    created_at: datetime = Timestamp()
+    updated_at: datetime = Timestamp()
+
+
+class TaskPublic(SQLModel):
+    id: uuid.UUID
+    number: int
+    title: str
+    description: str | None
+    completed: bool
+    completed_at: datetime | None
+    due_at: datetime | None
+    priority: Priority
+    tags: list[str]
+    created_at: datetime
+    updated_at: datetime
+
+
+class TasksPublic(SQLModel):
+    data: list[TaskPublic]
+    count: int
+
+
+class TaskFilters(SQLModel):
+    status: StatusFilter = "all"
+    q: Text | None = PydanticField(default=None, max_length=200)
+    priority: Priority | None = None
+    tag: Text | None = PydanticField(default=None, max_length=32)
+    due: DueFilter | None = None
+    limit: int = PydanticField(default=50, ge=1, le=MAX_PAGE)
+    offset: int = PydanticField(default=0, ge=0, le=1_000_000)

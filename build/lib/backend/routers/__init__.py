@@ -1,0 +1,1 @@
+"""HTTP only: parse, call a service, return."""

@@ -1,0 +1,124 @@
+"""The chat endpoints: a message in, the agent's answer out (whole, or as it is written)."""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from backend.deps import Agent, Context, CurrentUser, IdempotencyKey
+from backend.errors import DomainError
+from backend.models.chat import ChatRequest, ChatResponse
+from backend.models.errors import API_ERRORS, error_responses
+from backend.services.agent import OpenAIAgentService, Turn
+from backend.services.idempotency import Replay, check_key
+
+router = APIRouter(prefix="/api/{user_id}", tags=["chat"], responses=API_ERRORS)
+EventQueue = asyncio.Queue[tuple[str, dict[str, Any]]]
+_ERRORS = error_responses(409, 429)
+_REPLAYED = {"Idempotent-Replayed": "true"}
+
+
+@router.post("/chat", operation_id="chat", response_model=ChatResponse, responses=_ERRORS)
+async def chat(
+    user: CurrentUser, agent: Agent, request: ChatRequest, idempotency_key: IdempotencyKey = None
+) -> Any:
+    """Send a message; the agent answers, using tools on the user's todos."""
+    turn = await agent.begin(
+        identity=user,
+        request=request,
+        idempotency_key=check_key(idempotency_key) if idempotency_key is not None else None,
+    )
+    if isinstance(turn, Replay):
+        return JSONResponse(turn.body, turn.status_code, headers=_REPLAYED)
+    # Shielded: if the client goes away, the turn still completes and is stored.
+    answer = await asyncio.shield(agent.start(turn))
+    # Already validated: serialize it once here rather than have FastAPI re-validate it.
+    return Response(answer.model_dump_json(), media_type="application/json")
+
+
+@router.post(
+    "/chat/stream",
+    operation_id="chatStream",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "Server-sent events: session, delta, tool_call, tool_result, "
+            "then done (the same JSON as /chat) or error.",
+            "content": {"text/event-stream": {}},
+        },
+        **_ERRORS,
+    },
+)
+async def chat_stream(
+    user: CurrentUser,
+    agent: Agent,
+    context: Context,
+    request: ChatRequest,
+    idempotency_key: IdempotencyKey = None,
+) -> StreamingResponse:
+    """Send a message and receive the answer as server-sent events while it is written."""
+    turn = await agent.begin(
+        identity=user,
+        request=request,
+        idempotency_key=check_key(idempotency_key) if idempotency_key is not None else None,
+    )
+    if isinstance(turn, Replay):
+        events, headers = _replayed(turn), _REPLAYED
+    else:
+        events, headers = _start_streaming(agent, turn), {}
+    return StreamingResponse(
+        _frames(events, keepalive_s=context.settings.chat_stream_keepalive_s),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers},
+    )
+
+
+def _start_streaming(agent: OpenAIAgentService, turn: Turn) -> EventQueue:
+    events: EventQueue = asyncio.Queue()
+    turn.emit = lambda event, data: events.put_nowait((event, data))
+    task = agent.start(turn)
+
+    def report_failure(done: "asyncio.Task[ChatResponse]") -> None:
+        if done.cancelled():
+            events.put_nowait(("error", {"detail": "The turn was cancelled."}))
+        elif (failure := done.exception()) is not None:
+            detail = failure.detail if isinstance(failure, DomainError) else "Internal error."
+            events.put_nowait(("error", {"detail": detail}))
+
+    task.add_done_callback(report_failure)
+    return events
+
+
+def _replayed(replay: Replay) -> EventQueue:
+    """The stored answer, told again as the events of a stream."""
+    answer = replay.body
+    events: EventQueue = asyncio.Queue()
+    events.put_nowait(("session", {"session_id": answer["session_id"], "replayed": True}))
+    for call, result in zip(answer["tool_calls"], answer["tool_results"], strict=False):
+        events.put_nowait(("tool_call", call))
+        events.put_nowait(("tool_result", result))
+    events.put_nowait(("delta", {"text": answer["response"]}))
+    events.put_nowait(("done", answer))
+    return events
+
+
+async def _frames(events: EventQueue, *, keepalive_s: float) -> AsyncIterator[str]:
+    """SSE frames until `done` or `error`; comments keep idle proxies from closing."""
+    while True:
+        try:
+            async with asyncio.timeout(keepalive_s):
+                batch = [await events.get()]
+        except TimeoutError:
+            yield ": keep-alive\n\n"
+            continue
+        while not events.empty():  # whatever else is ready goes out in the same write
+            batch.append(events.get_nowait())
+        yield "".join(
+            f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+            for event, data in batch
+        )
+        if any(event in ("done", "error") for event, _ in batch):
+            return

@@ -1,0 +1,69 @@
+"""Past conversations: list, read, rename, delete."""
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response, status
+
+from backend.deps import CurrentUser, DbSession
+from backend.models.errors import API_ERRORS, error_responses
+from backend.models.session import MessagesPublic, SessionPublic, SessionsPublic, SessionUpdate
+from backend.services import sessions
+
+router = APIRouter(prefix="/api/{user_id}/sessions", tags=["sessions"], responses=API_ERRORS)
+Cursor = Annotated[str | None, Query(max_length=512, description="next_cursor of the last page")]
+
+
+@router.get("", operation_id="listSessions")
+async def list_sessions(
+    user: CurrentUser,
+    db: DbSession,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    cursor: Cursor = None,
+) -> SessionsPublic:
+    """The user's sessions, most recently active first."""
+    return await sessions.list_sessions(db=db, owner=user.user_id, limit=limit, cursor=cursor)
+
+
+@router.get("/{session_id}", operation_id="getSession")
+async def get_session(user: CurrentUser, db: DbSession, session_id: uuid.UUID) -> SessionPublic:
+    """One session, with its token usage."""
+    session = await sessions.get_session(db=db, owner=user.user_id, session_id=session_id)
+    return sessions.to_public(session)
+
+
+@router.get("/{session_id}/messages", operation_id="listSessionMessages")
+async def list_messages(
+    user: CurrentUser,
+    db: DbSession,
+    session_id: uuid.UUID,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Cursor = None,
+) -> MessagesPublic:
+    """The latest messages in chronological order; `next_cursor` pages to older ones."""
+    return await sessions.list_messages(
+        db=db, owner=user.user_id, session_id=session_id, limit=limit, cursor=cursor
+    )
+
+
+@router.patch("/{session_id}", operation_id="renameSession")
+async def rename_session(
+    user: CurrentUser, db: DbSession, session_id: uuid.UUID, data: SessionUpdate
+) -> SessionPublic:
+    """Rename a session."""
+    session = await sessions.rename_session(
+        db=db, owner=user.user_id, session_id=session_id, title=data.title
+    )
+    return sessions.to_public(session)
+
+
+@router.delete(
+    "/{session_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    operation_id="deleteSession",
+    responses=error_responses(409),
+)
+async def delete_session(user: CurrentUser, db: DbSession, session_id: uuid.UUID) -> Response:
+    """Delete a session and its messages."""
+    await sessions.delete_session(db=db, owner=user.user_id, session_id=session_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,103 @@
+"""The task list for the frontend: CRUD, filters, completion."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Query, Response, status
+
+from backend.deps import Context, CurrentUser, DbSession, IdempotencyKey
+from backend.models.errors import API_ERRORS, error_responses
+from backend.models.task import (
+    TaskCompletion,
+    TaskCreate,
+    TaskFilters,
+    TaskPublic,
+    TasksPublic,
+    TaskUpdate,
+)
+from backend.services import tasks
+from backend.services.idempotency import check_key
+from backend.services.tasks import TaskRef
+
+router = APIRouter(prefix="/api/{user_id}/tasks", tags=["tasks"], responses=API_ERRORS)
+TaskId = Annotated[str, "The task's UUID or its per-user number"]
+
+
+@router.get("", operation_id="listTasks")
+async def list_tasks(
+    user: CurrentUser, db: DbSession, filters: Annotated[TaskFilters, Query()]
+) -> TasksPublic:
+    """List the user's tasks in number order, filtered, with the total count."""
+    return await tasks.list_tasks(db=db, owner=user.user_id, filters=filters)
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    operation_id="createTask",
+    responses=error_responses(409),
+)
+async def create_task(
+    user: CurrentUser,
+    db: DbSession,
+    context: Context,
+    data: TaskCreate,
+    idempotency_key: IdempotencyKey = None,
+) -> TaskPublic:
+    """Create a task; it gets the user's next task number."""
+    if idempotency_key is not None:
+        return await tasks.create_task_once(
+            db=db,
+            owner=user.user_id,
+            data=data,
+            key=check_key(idempotency_key),
+            ttl_s=context.settings.idempotency_ttl_s,
+        )
+    return TaskPublic.model_validate(await tasks.create_task(db=db, owner=user.user_id, data=data))
+
+
+@router.get("/{task_id}", operation_id="getTask")
+async def get_task(user: CurrentUser, db: DbSession, task_id: TaskId) -> TaskPublic:
+    """Get one task by UUID or number."""
+    task = await tasks.get_task(db=db, owner=user.user_id, ref=TaskRef.parse(task_id))
+    return TaskPublic.model_validate(task)
+
+
+@router.patch("/{task_id}", operation_id="updateTask")
+async def update_task(
+    user: CurrentUser, db: DbSession, task_id: TaskId, data: TaskUpdate
+) -> TaskPublic:
+    """Change the fields sent; `null` clears an optional field."""
+    task = await tasks.update_task(db=db, owner=user.user_id, ref=TaskRef.parse(task_id), data=data)
+    return TaskPublic.model_validate(task)
+
+
+@router.put("/{task_id}", operation_id="replaceTask")
+async def replace_task(
+    user: CurrentUser, db: DbSession, task_id: TaskId, data: TaskUpdate
+) -> TaskPublic:
+    """Same as PATCH (kept for clients of the earlier API)."""
+    return await update_task(user, db, task_id, data)
+
+
+@router.patch("/{task_id}/complete", operation_id="completeTask")
+async def complete_task(
+    user: CurrentUser,
+    db: DbSession,
+    task_id: TaskId,
+    data: Annotated[TaskCompletion | None, Body()] = None,
+) -> TaskPublic:
+    """Set `completed`, or toggle it when no body is sent."""
+    task = await tasks.set_completed(
+        db=db,
+        owner=user.user_id,
+        ref=TaskRef.parse(task_id),
+        completed=data.completed if data else None,
+    )
+    return TaskPublic.model_validate(task)
+
+
+@router.delete("/{task_id}", status_code=status.HTTP_204_NO_CONTENT, operation_id="deleteTask")
+async def delete_task(user: CurrentUser, db: DbSession, task_id: TaskId) -> Response:
+    """Delete a task; its number is not reused."""
+    await tasks.delete_task(db=db, owner=user.user_id, ref=TaskRef.parse(task_id))
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

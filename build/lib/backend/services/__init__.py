@@ -1,0 +1,1 @@
+"""The behaviour: tasks, users, sessions, the agent loop, its tools and the stub responder."""

@@ -1,0 +1,109 @@
+"""Idempotency keys: a retried request gets the first answer, and runs nothing twice.
+
+A key is claimed in the same transaction as the first effect of its request, and the
+answer is stored in the same transaction as its last, so a key is either free, running,
+or answered; never answered without its effects, nor effects without a running key.
+Keys are per user and expire after `IDEMPOTENCY_TTL_S` (24 hours).
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Table, delete, func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from backend.errors import DomainError, IdempotencyInProgress, IdempotencyKeyReused
+from backend.models.idempotency import IdempotencyKey
+
+MAX_KEY_CHARS = 255
+_KEYS: Table = IdempotencyKey.__table__  # type: ignore[attr-defined]
+
+
+class InvalidIdempotencyKey(DomainError):
+    status_code = 422
+    detail = "Idempotency-Key must be 1 to 255 printable ASCII characters."
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """The stored answer of an earlier request with the same key."""
+
+    status_code: int
+    body: dict[str, Any]
+
+
+def check_key(key: str) -> str:
+    if not 1 <= len(key) <= MAX_KEY_CHARS or not all(" " <= c <= "~" for c in key):
+        raise InvalidIdempotencyKey()
+    return key
+
+
+def request_hash(operation: str, body: Any) -> str:
+    """What makes two requests "the same": the operation and its canonical body."""
+    canonical = json.dumps([operation, body], sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _interval(seconds: float) -> Any:
+    return func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+
+
+async def claim(
+    db: AsyncConnection,
+    *,
+    owner: str,
+    key: str,
+    fingerprint: str,
+    ttl_s: float,
+    lock_s: float,
+) -> Replay | None:
+    """Take the key for this request (None), or return the answer it already has.
+
+    Raises IdempotencyKeyReused (422) for the same key with another request, and
+    IdempotencyInProgress (409) while the first request is still running. A request that
+    died holding the key (its lock expired, no answer) can be taken over by a retry.
+    """
+    keys = _KEYS.c
+    mine = (keys.user_id == owner) & (keys.key == key)
+    # Expired keys of this user are free again; this also keeps the table small.
+    await db.execute(delete(_KEYS).where(keys.user_id == owner, keys.expires_at < func.now()))
+    statement = insert(_KEYS).values(
+        user_id=owner,
+        key=key,
+        request_hash=fingerprint,
+        locked_until=func.now() + _interval(lock_s),
+        expires_at=func.now() + _interval(ttl_s),
+    )
+    taken = statement.on_conflict_do_update(
+        index_elements=[keys.user_id, keys.key],
+        set_={"locked_until": statement.excluded.locked_until},
+        where=(
+            keys.response.is_(None)
+            & (keys.locked_until < func.now())
+            & (keys.request_hash == fingerprint)
+        ),
+    ).returning(keys.key)
+    if (await db.execute(taken)).first() is not None:
+        return None
+    existing = (
+        await db.execute(select(keys.request_hash, keys.status_code, keys.response).where(mine))
+    ).one()
+    if existing.request_hash != fingerprint:
+        raise IdempotencyKeyReused()
+    if existing.response is None or existing.status_code is None:
+        raise IdempotencyInProgress()
+    return Replay(status_code=existing.status_code, body=existing.response)
+
+
+async def store(
+    db: AsyncConnection, *, owner: str, key: str, status_code: int, body: dict[str, Any]
+) -> None:
+    """Record the answer, in the transaction of the request's last effect."""
+    await db.execute(
+        update(_KEYS)
+        .where(_KEYS.c.user_id == owner, _KEYS.c.key == key)
+        .values(status_code=status_code, response=body, locked_until=None)
+    )

@@ -1,0 +1,315 @@
+"""How a chat turn is kept in PostgreSQL: admission, the session lease, history, records.
+
+A turn touches the database in short transactions only, never while the model thinks:
+  begin:  admit the user (rate limit, timezone), take the session's lease, store the user
+          message and read the recent history (1 statement);
+  tools:  each tool call commits its effect together with its record in the conversation;
+  finish: store the reply, bump the session, release the lease, count tokens (1 statement).
+The lease lives in the session row, so it holds across processes and replicas, and it
+expires, so a process that dies mid-turn cannot wedge the session.
+
+This is the hot path of every chat turn, so its statements are written once, as SQL over
+the tables of `backend.models.session` and `backend.models.user`, and run on a Core
+connection: building and caching SQLAlchemy constructs per call cost more CPU than the
+database spent answering them.
+"""
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import bindparam, text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from backend.errors import SessionNotFound
+from backend.models.session import Usage
+
+TITLE_CHARS = 60
+# (role, content, tool_calls, tool_results)
+HistoryRow = tuple[str, str | None, list[dict[str, Any]] | None, list[dict[str, Any]] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Opening:
+    """What starting a turn found: the turn started (`session_id` and `history` set), or
+    why not: rate limited, the session busy or not the user's, or no such user row."""
+
+    started: bool
+    turn_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    session_id: uuid.UUID | None = None
+    user_message_id: uuid.UUID | None = None
+    history: list[HistoryRow] = field(default_factory=list)
+    name: str | None = None
+    timezone: str = "UTC"
+    tokens_today: int = 0
+    rate_limited: bool = False
+    retry_after_s: float = 0.0
+    session_found: bool = True
+    user_found: bool = True
+
+
+# The start of a turn, in one statement that is atomic by itself:
+#  gate:     the user's rate limit, read under a row lock. GCRA: `chat_tat` is when the
+#            user's "bucket" is next empty; a turn is allowed when that is at most `tau`
+#            ahead of now (a burst of CHAT_RATE_LIMIT_PER_MINUTE turns), and then moves it
+#            `interval` further. The lock makes it exact across replicas; a NO KEY UPDATE
+#            lock does not conflict with the KEY SHARE locks that inserting a session (a
+#            foreign key to users) takes in a concurrent turn of the same user.
+#  lease:    if allowed, take the session (or create it) for this turn; the lease lives in
+#            the session row and expires, so a process that dies mid-turn cannot wedge it.
+#  admitted: if the session was taken, count the turn and remember the user's timezone.
+#  added:    and store the user message.
+# Then the history: the latest messages before this one (the statement's snapshot does not
+# see the row it inserts), newest first, by one index range scan on (session_id, seq) whose
+# cost does not grow with the session. Refused turns change nothing.
+_OPEN_TURN = """
+    WITH gate AS (
+        SELECT name, timezone,
+               GREATEST(COALESCE(chat_tat, now()), now()) AS base,
+               GREATEST(COALESCE(chat_tat, now()), now()) - now()
+                   <= make_interval(secs => :tau) AS allowed,
+               CASE WHEN tokens_day = CURRENT_DATE THEN tokens_used ELSE 0 END AS tokens_today
+        FROM users WHERE id = :owner FOR NO KEY UPDATE
+    ), lease AS (
+        {lease}
+    ), admitted AS (
+        UPDATE users SET chat_tat = (SELECT base FROM gate) + make_interval(secs => :interval),
+                         timezone = COALESCE(:timezone, timezone)
+        WHERE id = :owner AND EXISTS (SELECT FROM lease)
+    ), added AS (
+        INSERT INTO agent_messages (id, session_id, user_id, role, content, created_at)
+        SELECT :message, id, :owner, 'user', :content, clock_timestamp() FROM lease
+    )
+    SELECT gate.allowed, gate.name, COALESCE(:timezone, gate.timezone) AS timezone,
+           gate.tokens_today,
+           EXTRACT(EPOCH FROM gate.base - now())::float8 - :tau AS retry_after_s,
+           (SELECT id FROM lease) AS session_id,
+           {found} AS session_found,
+           (SELECT COALESCE(json_agg(h ORDER BY h.seq), '[]') FROM (
+                SELECT seq, role, content, tool_calls, tool_results FROM agent_messages
+                WHERE session_id = (SELECT id FROM lease) AND user_id = :owner
+                ORDER BY seq DESC LIMIT :limit
+           ) AS h) AS history
+    FROM gate
+"""
+_OPEN_TURN_IN_SESSION = text(
+    _OPEN_TURN.format(
+        lease="""
+        UPDATE agent_sessions
+        SET lease_owner = :turn, lease_expires_at = now() + make_interval(secs => :lease)
+        WHERE id = :session AND user_id = :owner
+          AND (lease_expires_at IS NULL OR lease_expires_at < now())
+          AND (SELECT allowed FROM gate)
+        RETURNING id""",
+        found="EXISTS (SELECT FROM agent_sessions WHERE id = :session AND user_id = :owner)",
+    )
+)
+_OPEN_TURN_IN_NEW_SESSION = text(
+    _OPEN_TURN.format(
+        lease="""
+        INSERT INTO agent_sessions (id, user_id, title, lease_owner, lease_expires_at)
+        SELECT :session, :owner, :title, :turn, now() + make_interval(secs => :lease)
+        FROM gate WHERE gate.allowed
+        RETURNING id""",
+        found="true",
+    )
+)
+
+_RENEW_LEASE = text(
+    """
+    UPDATE agent_sessions SET lease_expires_at = now() + make_interval(secs => :lease)
+    WHERE id = :session AND lease_owner = :turn
+    RETURNING id
+    """
+)
+
+_RELEASE_LEASE = text(
+    """
+    UPDATE agent_sessions SET lease_owner = NULL, lease_expires_at = NULL
+    WHERE id = :session AND lease_owner = :turn
+    """
+)
+
+# The turn's assistant message is created by its first tool call and grows with each one.
+_RECORD_TOOL_CALL = text(
+    """
+    INSERT INTO agent_messages
+        (id, session_id, user_id, role, tool_calls, tool_results, created_at)
+    VALUES (:message, :session, :owner, 'assistant', :calls, :results, clock_timestamp())
+    ON CONFLICT (id) DO UPDATE SET
+        tool_calls = agent_messages.tool_calls || EXCLUDED.tool_calls,
+        tool_results = agent_messages.tool_results || EXCLUDED.tool_results
+    """
+).bindparams(bindparam("calls", type_=JSONB), bindparam("results", type_=JSONB))
+
+# The reply (completing the tool-call record if there is one), the user's daily tokens, and
+# the session: activity time, token totals, and the lease, released only if still ours.
+_FINISH = text(
+    """
+    WITH reply AS (
+        INSERT INTO agent_messages (id, session_id, user_id, role, content, using_stub,
+                                    prompt_tokens, completion_tokens, created_at)
+        VALUES (:message, :session, :owner, 'assistant', :content, :stub,
+                :prompt, :completion, clock_timestamp())
+        ON CONFLICT (id) DO UPDATE SET
+            content = EXCLUDED.content,
+            using_stub = EXCLUDED.using_stub,
+            prompt_tokens = EXCLUDED.prompt_tokens,
+            completion_tokens = EXCLUDED.completion_tokens
+        RETURNING created_at
+    ), spent AS (
+        UPDATE users SET
+            tokens_used = CASE WHEN tokens_day = CURRENT_DATE THEN tokens_used ELSE 0 END
+                          + :total,
+            tokens_day = CURRENT_DATE
+        WHERE id = :owner
+    )
+    UPDATE agent_sessions SET
+        updated_at = now(),
+        prompt_tokens = prompt_tokens + :prompt,
+        completion_tokens = completion_tokens + :completion,
+        total_tokens = total_tokens + :total,
+        lease_owner = CASE WHEN lease_owner = :turn THEN NULL ELSE lease_owner END,
+        lease_expires_at = CASE WHEN lease_owner = :turn THEN NULL ELSE lease_expires_at END
+    WHERE id = :session AND user_id = :owner
+    RETURNING (SELECT created_at FROM reply)
+    """
+)
+
+
+def title_from(message: str) -> str:
+    """A session title from its first message: the first line, cut at a word boundary."""
+    line = " ".join(message.split())
+    if len(line) <= TITLE_CHARS:
+        return line
+    cut = line[:TITLE_CHARS].rsplit(" ", 1)[0]
+    return (cut or line[:TITLE_CHARS]) + "…"
+
+
+async def open_turn(
+    db: AsyncConnection,
+    *,
+    owner: str,
+    session_id: uuid.UUID | None,
+    message: str,
+    turn_id: uuid.UUID,
+    timezone: str | None,
+    per_minute: int,
+    lease_s: float,
+    history: int,
+) -> Opening:
+    """Start a turn: admit it, take (or create) the session, store the user message and
+    read the `history` latest messages ending with it, oldest first. One statement."""
+    interval = 60.0 / per_minute if per_minute else 0.0
+    tau = 60.0 - interval if per_minute else 1e9
+    message_id = uuid.uuid4()
+    params: dict[str, Any] = {
+        "owner": owner,
+        "session": session_id or uuid.uuid4(),
+        "turn": turn_id,
+        "lease": lease_s,
+        "interval": interval,
+        "tau": tau,
+        "timezone": timezone,
+        "message": message_id,
+        "content": message,
+        "limit": history - 1,
+    }
+    if session_id is None:
+        statement, params["title"] = _OPEN_TURN_IN_NEW_SESSION, title_from(message)
+    else:
+        statement = _OPEN_TURN_IN_SESSION
+    row = (await db.execute(statement, params)).first()
+    if row is None:
+        return Opening(started=False, user_found=False)
+    if row.session_id is None:
+        return Opening(
+            started=False,
+            rate_limited=not row.allowed,
+            retry_after_s=max(row.retry_after_s, 0.0),
+            session_found=row.session_found,
+        )
+    earlier = [(m["role"], m["content"], m["tool_calls"], m["tool_results"]) for m in row.history]
+    return Opening(
+        started=True,
+        turn_id=turn_id,
+        session_id=row.session_id,
+        user_message_id=message_id,
+        history=[*earlier, ("user", message, None, None)],
+        name=row.name,
+        timezone=row.timezone,
+        tokens_today=row.tokens_today,
+    )
+
+
+async def renew_lease(
+    db: AsyncConnection, *, session_id: uuid.UUID, turn_id: uuid.UUID, lease_s: float
+) -> bool:
+    """Extend our lease; False if it is no longer ours."""
+    renewed = await db.execute(
+        _RENEW_LEASE, {"session": session_id, "turn": turn_id, "lease": lease_s}
+    )
+    return renewed.first() is not None
+
+
+async def release_lease(db: AsyncConnection, *, session_id: uuid.UUID, turn_id: uuid.UUID) -> None:
+    await db.execute(_RELEASE_LEASE, {"session": session_id, "turn": turn_id})
+
+
+async def record_tool_call(
+    db: AsyncConnection,
+    *,
+    owner: str,
+    session_id: uuid.UUID,
+    message_id: uuid.UUID,
+    call: dict[str, Any],
+    result: dict[str, Any],
+) -> None:
+    """Append a call and its result to the turn's assistant message, in the transaction
+    that carried out the call: no effect without its record."""
+    await db.execute(
+        _RECORD_TOOL_CALL,
+        {
+            "message": message_id,
+            "session": session_id,
+            "owner": owner,
+            "calls": [call],
+            "results": [result],
+        },
+    )
+
+
+async def finish(
+    db: AsyncConnection,
+    *,
+    owner: str,
+    session_id: uuid.UUID,
+    message_id: uuid.UUID,
+    turn_id: uuid.UUID,
+    content: str,
+    using_stub: bool,
+    usage: Usage,
+) -> datetime:
+    """Store the reply and close the turn; returns the reply's time."""
+    row = (
+        await db.execute(
+            _FINISH,
+            {
+                "message": message_id,
+                "session": session_id,
+                "owner": owner,
+                "turn": turn_id,
+                "content": content,
+                "stub": using_stub,
+                "prompt": usage.prompt_tokens,
+                "completion": usage.completion_tokens,
+                "total": usage.total_tokens,
+            },
+        )
+    ).first()
+    if row is None:
+        raise SessionNotFound()
+    created_at: datetime = row[0]
+    return created_at

@@ -1,0 +1,145 @@
+"""Configuration from the environment (and `.env`), checked once at start-up."""
+
+import secrets
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+# Values that ship in .env.example or docs; production refuses them.
+PLACEHOLDER_SECRETS = frozenset({"", "change-me", "changeme", "secret", "dev-secret"})
+MIN_PRODUCTION_SECRET_LENGTH = 32
+ASYMMETRIC_ALGORITHMS = ("RS256", "ES256", "EdDSA")
+
+
+class ConfigError(RuntimeError):
+    """The configuration cannot run; the message says what to set."""
+
+
+def _comma_list(value: object) -> object:
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=True
+    )
+
+    environment: Literal["development", "production"] = "development"
+    database_url: str | None = None
+    data_dir: Path = Field(default=Path(".todo-agent"), alias="TODO_AGENT_DATA_DIR")
+    db_pool_size: int = Field(default=20, ge=1)
+    db_max_overflow: int = Field(default=10, ge=0)
+
+    openai_api_key: SecretStr | None = None
+    openai_base_url: str | None = None
+    openai_timeout_s: float = Field(default=30.0, gt=0)
+    openai_max_retries: int = Field(default=2, ge=0)
+    openai_retry_budget_s: float = Field(default=20.0, ge=0)
+    agent_model_name: str = "gpt-4o-mini"
+    agent_temperature: float | None = Field(default=0.2, ge=0, le=2)
+    agent_max_tokens: int = Field(default=1024, ge=1)
+    agent_history_messages: int = Field(default=20, ge=1)
+    agent_max_tool_rounds: int = Field(default=5, ge=1)
+    agent_daily_token_budget: int = Field(default=0, ge=0)
+
+    jwt_secret: SecretStr | None = None
+    jwt_jwks_url: str | None = None
+    jwt_algorithms: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+    jwt_leeway_s: int = Field(default=30, ge=0)
+    jwt_jwks_refresh_s: float = Field(default=60.0, ge=0)
+    jwt_jwks_cache_s: float = Field(default=3600.0, gt=0)
+
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    max_request_bytes: int = Field(default=64 * 1024, ge=1024)
+
+    chat_rate_limit_per_minute: int = Field(default=30, ge=0)
+    chat_busy_policy: Literal["wait", "reject"] = "wait"
+    chat_busy_wait_s: float = Field(default=30.0, ge=0)
+    chat_session_lease_s: float = Field(default=120.0, gt=0)
+    chat_stream_keepalive_s: float = Field(default=15.0, gt=0)
+    idempotency_ttl_s: int = Field(default=24 * 3600, gt=0)
+
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+    shutdown_grace_s: float = Field(default=30.0, ge=0)
+    # Where worker processes share Prometheus samples; `serve` exports it to the workers.
+    prometheus_multiproc_dir: Path | None = None
+
+    _split_lists = field_validator("jwt_algorithms", "cors_origins", mode="before")(_comma_list)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_name(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("database_url")
+    @classmethod
+    def _asyncpg_url(cls, value: str | None) -> str | None:
+        return normalize_database_url(value) if value else None
+
+    @property
+    def is_production(self) -> bool:
+        return self.environment == "production"
+
+    @property
+    def allowed_algorithms(self) -> frozenset[str]:
+        """The explicit allowlist; derived from what is configured when not set."""
+        if self.jwt_algorithms:
+            return frozenset(self.jwt_algorithms)
+        derived = ["HS256"] if self.jwt_secret else []
+        if self.jwt_jwks_url:
+            derived.extend(ASYMMETRIC_ALGORITHMS)
+        return frozenset(derived)
+
+    def check_production(self) -> None:
+        """Refuse to run in production with anything a development default would fill in."""
+        if not self.is_production:
+            return
+        problems = []
+        if not self.database_url:
+            problems.append("DATABASE_URL (postgresql+asyncpg://user:pass@host/db)")
+        secret = self.jwt_secret.get_secret_value() if self.jwt_secret else None
+        if secret is None and not self.jwt_jwks_url:
+            problems.append("JWT_SECRET (at least 32 random characters) or JWT_JWKS_URL")
+        if secret is not None and (
+            secret.lower() in PLACEHOLDER_SECRETS or len(secret) < MIN_PRODUCTION_SECRET_LENGTH
+        ):
+            problems.append(
+                "JWT_SECRET: a real secret of at least 32 characters, not the example value"
+                " (python -c 'import secrets; print(secrets.token_urlsafe(48))')"
+            )
+        if problems:
+            raise ConfigError(
+                "ENVIRONMENT=production refuses to start; set " + "; ".join(problems) + "."
+            )
+
+    def with_development_secret(self) -> "Settings":
+        """In development with no JWT settings, use (creating once) a secret in the data dir."""
+        if self.is_production or self.jwt_secret or self.jwt_jwks_url:
+            return self
+        path = self.data_dir / "jwt_secret"
+        if not path.exists():
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            path.touch(mode=0o600)
+            path.write_text(secrets.token_urlsafe(48))
+        return self.model_copy(update={"jwt_secret": SecretStr(path.read_text().strip())})
+
+
+def normalize_database_url(url: str) -> str:
+    """Accept postgres:// and postgresql:// and use the asyncpg driver."""
+    for prefix in ("postgresql+asyncpg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+asyncpg://" + url[len(prefix) :]
+    raise ConfigError(f"DATABASE_URL must be a PostgreSQL URL, got {url.split(':', 1)[0]}://...")
+
+
+def load_settings() -> Settings:
+    """Settings for a process that serves or signs: checked, with the dev secret resolved."""
+    settings = Settings()
+    settings.check_production()
+    return settings.with_development_secret()

@@ -4,7 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format bench migrate clean
+# Node programs the tests drive (tests/js/*) and the typed client (clients/*): each keeps a
+# committed package.json and lockfile and is installed with `npm ci`. Without npm this says
+# so loudly and the Node tests skip; under CI=true it fails.
+JS_DIRS := $(patsubst %/package.json,%,$(wildcard tests/js/*/package.json clients/*/package.json))
+JS_STAMPS := $(addsuffix /node_modules/.installed,$(JS_DIRS))
+
+.PHONY: run test lint format bench migrate clean js
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,12 +18,23 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
+%/node_modules/.installed: %/package.json %/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		cd $* && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
+	elif [ "$$CI" = true ]; then \
+		echo "CI=true and npm is missing: the Node tests cannot run" >&2; exit 1; \
+	else \
+		echo "*** npm not found: the Node tests in $* will be SKIPPED ***" >&2; \
+	fi
+
+js: $(JS_STAMPS)
+
 ## Serve on 127.0.0.1:8000 (embedded PostgreSQL and the stub responder unless configured).
 run: $(STAMP)
 	$(BIN)/todo-agent serve
 
 ## The whole suite against real PostgreSQL (TEST_DATABASE_URL, else an embedded one).
-test: $(STAMP)
+test: $(STAMP) $(JS_STAMPS)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
@@ -36,4 +53,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .todo-agent .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .todo-agent .pytest_cache .mypy_cache .ruff_cache $(addsuffix /node_modules,$(JS_DIRS))

@@ -48,6 +48,11 @@ class SessionNotFound(NotFound):
     detail = "Session not found."
 
 
+class StepsHaveNoSteps(DomainError):
+    status_code = 422
+    detail = "That task is a step; a step cannot have steps of its own."
+
+
 class Conflict(DomainError):
     status_code = 409
     detail = "Conflict."

@@ -40,6 +40,8 @@ class Settings(BaseSettings):
     openai_max_retries: int = Field(default=2, ge=0)
     openai_retry_budget_s: float = Field(default=20.0, ge=0)
     agent_model_name: str = "gpt-4o-mini"
+    # The models a user may choose in their settings; empty: AGENT_MODEL_NAME only.
+    agent_models: Annotated[list[str], NoDecode] = Field(default_factory=list)
     agent_temperature: float | None = Field(default=0.2, ge=0, le=2)
     agent_max_tokens: int = Field(default=1024, ge=1)
     agent_history_messages: int = Field(default=20, ge=1)
@@ -70,7 +72,9 @@ class Settings(BaseSettings):
     # Where worker processes share Prometheus samples; `serve` exports it to the workers.
     prometheus_multiproc_dir: Path | None = None
 
-    _split_lists = field_validator("jwt_algorithms", "cors_origins", mode="before")(_comma_list)
+    _split_lists = field_validator("jwt_algorithms", "cors_origins", "agent_models", mode="before")(
+        _comma_list
+    )
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -85,6 +89,14 @@ class Settings(BaseSettings):
     @property
     def is_production(self) -> bool:
         return self.environment == "production"
+
+    @property
+    def allowed_models(self) -> list[str]:
+        return self.agent_models or [self.agent_model_name]
+
+    def model_for(self, choice: str | None) -> str:
+        """The model for a user's turns: their choice while the operator still allows it."""
+        return choice if choice in self.allowed_models else self.agent_model_name
 
     @property
     def allowed_algorithms(self) -> frozenset[str]:

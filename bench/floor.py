@@ -18,7 +18,7 @@ delta, tool_call, tool_result, done) and `GET /health`, under uvicorn exactly as
     python -m bench.floor --port 8001 [--workers 1]
 
 Environment: DATABASE_URL, JWT_SECRET, OPENAI_BASE_URL, OPENAI_API_KEY and
-BENCH_FLOOR_SPEC (a JSON file with the model settings, the system prompt and the tool
+BENCH_FLOOR_SPEC (a JSON file with the model settings, the system messages and the tool
 definitions, written by the bench from the service's own `TOOL_DEFINITIONS`; passing them
 in keeps the service's modules out of the floor's memory).
 
@@ -119,7 +119,7 @@ class Floor:
     def __init__(self) -> None:
         with open(os.environ["BENCH_FLOOR_SPEC"], encoding="utf-8") as spec_file:
             spec: JSON = json.load(spec_file)
-        self.system: str = spec["system"]
+        self.prefix: list[JSON] = spec["prefix"]  # the system messages before the history
         self.options: JSON = spec["options"]  # model, tools, tool_choice, max tokens, ...
         self.secret = os.environ["JWT_SECRET"]
         self.dsn = os.environ["DATABASE_URL"].replace("postgresql+asyncpg://", "postgresql://")
@@ -255,7 +255,7 @@ class Floor:
             session_id=session_id,
             user_message_id=user_message_id,
             messages=[
-                {"role": "system", "content": self.system},
+                *self.prefix,
                 # The service's own (pure) conversion: the floor does the same work there.
                 *to_model_messages([(r[0], r[1], r[2], r[3]) for r in reversed(rows)]),
             ],

@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo
 import httpx
 
 from backend.auth import create_token
-from backend.services.agent import system_prompt
+from backend.services.agent import prompt_messages
 from backend.services.tools import TOOL_DEFINITIONS
 from backend.settings import Settings
 from bench import load, profile
@@ -442,8 +442,8 @@ def floor_spec(path: Path) -> Path:
     }
     if settings.agent_temperature is not None:
         options["temperature"] = settings.agent_temperature
-    system = system_prompt("Bench floor-0", ZoneInfo("UTC"))
-    path.write_text(json.dumps({"system": system, "options": options}))
+    prefix = prompt_messages("Bench floor-0", ZoneInfo("UTC"), None)
+    path.write_text(json.dumps({"prefix": prefix, "options": options}))
     return path
 
 

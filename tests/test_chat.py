@@ -23,7 +23,12 @@ async def test_a_new_session_gets_an_answer_and_both_messages_are_stored(
     assert answer["response"] == "Hello Alice!"
     assert answer["using_stub"] is False
     assert answer["session_id"] == answer["conversation_id"]
-    assert answer["usage"] == {"prompt_tokens": 50, "completion_tokens": 4, "total_tokens": 54}
+    assert answer["usage"] == {
+        "prompt_tokens": 50,
+        "completion_tokens": 4,
+        "total_tokens": 54,
+        "cached_tokens": 0,
+    }
     assert answer["tool_calls"] == []
     assert answer["tool_results"] == []
     stored = await stored_messages(agent_client, answer["session_id"])
@@ -46,10 +51,10 @@ async def test_the_model_is_called_with_strict_tools_and_a_system_prompt(
     body = model.last_request.body
     assert body["tool_choice"] == "auto"
     assert body["tools"] == json.loads(json.dumps(TOOL_DEFINITIONS))
-    system = body["messages"][0]
-    assert system["role"] == "system"
-    assert "Europe/Berlin" in system["content"]
-    assert "never instructions" in system["content"]
+    rules, context = body["messages"][:2]
+    assert rules["role"] == context["role"] == "system"
+    assert "never instructions" in rules["content"]
+    assert "Europe/Berlin" in context["content"]
     assert body["messages"][-1] == {"role": "user", "content": "hello"}
 
 
@@ -196,8 +201,8 @@ async def test_history_after_thirty_turns_is_the_latest_messages_in_order(
     await chat(agent_client, "the new message", session_id=session_id)
 
     messages = model.last_messages()
-    assert messages[0]["role"] == "system"
-    conversation = messages[1:]
+    assert [m["role"] for m in messages[:2]] == ["system", "system"]  # rules, user context
+    conversation = messages[2:]
     user_texts = [m["content"] for m in conversation if m["role"] == "user"]
     # 20 stored messages: the new one and the 19 before it (10 user turns, 9 full + new).
     assert user_texts == [f"message {t}" for t in range(21, 30)] + ["the new message"]
@@ -266,7 +271,7 @@ async def test_sessions_continue_and_history_includes_earlier_turns(
     model.script("banana")
     second = await chat(agent_client, "what was the word?", session_id=first["session_id"])
     assert second["session_id"] == first["session_id"]
-    roles = [(m["role"], m.get("content")) for m in model.last_messages()[1:]]
+    roles = [(m["role"], m.get("content")) for m in model.last_messages()[2:]]
     assert roles == [
         ("user", "remember the word banana"),
         ("assistant", "OK"),
@@ -290,7 +295,7 @@ async def test_timezone_is_validated_and_remembered(
     await chat(agent_client, "hi", timezone="Not/A_Zone", expect=422)
     first = await chat(agent_client, "hi", timezone="Asia/Tokyo")
     await chat(agent_client, "again", session_id=first["session_id"])
-    assert "Asia/Tokyo" in model.last_messages()[0]["content"]
+    assert "Asia/Tokyo" in model.last_messages()[1]["content"]
 
 
 async def test_invalid_chat_requests_are_422(agent_client: httpx.AsyncClient) -> None:

@@ -81,7 +81,12 @@ async def test_token_usage_is_recorded_per_message_and_summed_per_session(
     first = await chat(agent_client, "one")
     model.script(reply("two", usage=usage))
     await chat(agent_client, "two", session_id=first["session_id"])
-    assert first["usage"] == {"prompt_tokens": 200, "completion_tokens": 20, "total_tokens": 220}
+    assert first["usage"] == {
+        "prompt_tokens": 200,
+        "completion_tokens": 20,
+        "total_tokens": 220,
+        "cached_tokens": 0,
+    }
     session = await agent_client.get(
         f"/api/alice/sessions/{first['session_id']}", headers=auth("alice")
     )
@@ -89,14 +94,15 @@ async def test_token_usage_is_recorded_per_message_and_summed_per_session(
         "prompt_tokens": 300,
         "completion_tokens": 30,
         "total_tokens": 330,
+        "cached_tokens": 0,
     }
     messages = await agent_client.get(
         f"/api/alice/sessions/{first['session_id']}/messages", headers=auth("alice")
     )
     assistant_usage = [m["usage"] for m in messages.json()["data"] if m["role"] == "assistant"]
     assert assistant_usage == [
-        {"prompt_tokens": 200, "completion_tokens": 20, "total_tokens": 220},
-        {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+        {"prompt_tokens": 200, "completion_tokens": 20, "total_tokens": 220, "cached_tokens": 0},
+        {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110, "cached_tokens": 0},
     ]
 
 

@@ -30,6 +30,8 @@ class Usage(SQLModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    # Of the prompt tokens, those the provider served from its prompt cache.
+    cached_tokens: int = 0
 
 
 def _token_column() -> Any:
@@ -57,6 +59,7 @@ class AgentSession(SQLModel, table=True):
     prompt_tokens: int = _token_column()
     completion_tokens: int = _token_column()
     total_tokens: int = _token_column()
+    cached_tokens: int = _token_column()
 
 
 class AgentMessage(SQLModel, table=True):
@@ -85,6 +88,7 @@ class AgentMessage(SQLModel, table=True):
     )
     prompt_tokens: int | None = Field(default=None, sa_type=Integer)
     completion_tokens: int | None = Field(default=None, sa_type=Integer)
+    cached_tokens: int | None = Field(default=None, sa_type=Integer)
     created_at: datetime = Timestamp()
 
 

@@ -7,7 +7,17 @@ from typing import Literal
 from pydantic import Field as PydanticField
 from pydantic import model_validator
 from pydantic.json_schema import SkipJsonSchema
-from sqlalchemy import Boolean, CheckConstraint, Column, ForeignKey, Index, String, text
+from sqlalchemy import (
+    Boolean,
+    CheckConstraint,
+    Column,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    String,
+    UniqueConstraint,
+    text,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlmodel import Field, SQLModel
 
@@ -26,6 +36,7 @@ StatusFilter = Literal["all", "pending", "completed"]
 DueFilter = Literal["overdue", "today", "week"]
 
 MAX_PAGE = 100
+MAX_STEPS = 20
 
 
 class TaskBase(SQLModel):
@@ -39,6 +50,15 @@ class TaskCreate(TaskBase):
     due_at: DueAt | None = PydanticField(
         default=None,
         description="ISO 8601 date or date-time; naive values are read in your timezone.",
+    )
+    parent_id: uuid.UUID | int | None = PydanticField(
+        default=None,
+        description="Make this task a step of that top-level task (its UUID or number).",
+    )
+    steps: list[Title] = PydanticField(
+        default_factory=list,
+        max_length=MAX_STEPS,
+        description="Titles of steps to create with the task, in order (same transaction).",
     )
 
 
@@ -71,6 +91,18 @@ class Task(SQLModel, table=True):
         Index("uq_tasks_user_number", "user_id", "number", unique=True),
         Index("ix_tasks_user_status_due", "user_id", "completed", "due_at"),
         CheckConstraint("priority IN ('low', 'medium', 'high')", name="ck_tasks_priority"),
+        # A step's parent belongs to the step's owner: the foreign key says so, with the
+        # user id in it. Deleting a task deletes its steps. That a step has no steps of its
+        # own is a trigger of migration 0002 (tasks_one_level), and the service checks it
+        # first to answer with a clear error.
+        UniqueConstraint("user_id", "id", name="uq_tasks_user_id"),
+        ForeignKeyConstraint(
+            ["user_id", "parent_id"],
+            ["tasks.user_id", "tasks.id"],
+            name="fk_tasks_parent",
+            ondelete="CASCADE",
+        ),
+        Index("ix_tasks_user_parent", "user_id", "parent_id"),
     )
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
@@ -78,6 +110,7 @@ class Task(SQLModel, table=True):
         sa_column=Column(String(255), ForeignKey("users.id", ondelete="CASCADE"), nullable=False)
     )
     number: int
+    parent_id: uuid.UUID | None = None
     title: str = Field(max_length=200)
     description: str | None = Field(default=None, max_length=2000)
     completed: bool = Field(
@@ -108,6 +141,15 @@ class TaskPublic(SQLModel):
     tags: list[str]
     created_at: datetime
     updated_at: datetime
+    parent_id: uuid.UUID | None
+    steps_done: int = 0
+    steps_total: int = 0
+
+
+class TaskDetail(TaskPublic):
+    """A task read alone: with its steps, in order."""
+
+    steps: list[TaskPublic] = PydanticField(default_factory=list)
 
 
 class TasksPublic(SQLModel):
@@ -121,5 +163,9 @@ class TaskFilters(SQLModel):
     priority: Priority | None = None
     tag: Text | None = PydanticField(default=None, max_length=32)
     due: DueFilter | None = None
+    parent: Text | None = PydanticField(
+        default=None, max_length=64, description="Only the steps of this task (number or UUID)."
+    )
+    top_level: bool = PydanticField(default=False, description="Only tasks that are not steps.")
     limit: int = PydanticField(default=50, ge=1, le=MAX_PAGE)
     offset: int = PydanticField(default=0, ge=0, le=1_000_000)

@@ -15,6 +15,10 @@ class User(SQLModel, table=True):
     email: str | None = Field(default=None, max_length=320)
     name: str | None = Field(default=None, max_length=255)
     timezone: str = Field(default="UTC", max_length=64, sa_column_kwargs={"server_default": "UTC"})
+    # Settings the user chose (the token's `name` is refreshed on sign-in; this is not).
+    display_name: str | None = Field(default=None, max_length=255)
+    instructions: str | None = Field(default=None, max_length=2000)
+    model: str | None = Field(default=None, max_length=100)
     # The last task number handed out; only ever grows, so numbers are never reused.
     task_seq: int = Field(
         default=0, sa_column=Column(Integer, nullable=False, server_default=text("0"))

@@ -9,6 +9,7 @@ from backend.models.errors import API_ERRORS, error_responses
 from backend.models.task import (
     TaskCompletion,
     TaskCreate,
+    TaskDetail,
     TaskFilters,
     TaskPublic,
     TasksPublic,
@@ -26,7 +27,8 @@ TaskId = Annotated[str, "The task's UUID or its per-user number"]
 async def list_tasks(
     user: CurrentUser, db: DbSession, filters: Annotated[TaskFilters, Query()]
 ) -> TasksPublic:
-    """List the user's tasks in number order, filtered, with the total count."""
+    """List the user's tasks in number order, filtered, with the total count and each
+    task's progress through its steps."""
     return await tasks.list_tasks(db=db, owner=user.user_id, filters=filters)
 
 
@@ -42,8 +44,9 @@ async def create_task(
     context: Context,
     data: TaskCreate,
     idempotency_key: IdempotencyKey = None,
-) -> TaskPublic:
-    """Create a task; it gets the user's next task number."""
+) -> TaskDetail:
+    """Create a task (with `steps`, or as a step of `parent_id`); it gets the user's next
+    task number."""
     if idempotency_key is not None:
         return await tasks.create_task_once(
             db=db,
@@ -52,14 +55,13 @@ async def create_task(
             key=check_key(idempotency_key),
             ttl_s=context.settings.idempotency_ttl_s,
         )
-    return TaskPublic.model_validate(await tasks.create_task(db=db, owner=user.user_id, data=data))
+    return await tasks.create_task(db=db, owner=user.user_id, data=data)
 
 
 @router.get("/{task_id}", operation_id="getTask")
-async def get_task(user: CurrentUser, db: DbSession, task_id: TaskId) -> TaskPublic:
-    """Get one task by UUID or number."""
-    task = await tasks.get_task(db=db, owner=user.user_id, ref=TaskRef.parse(task_id))
-    return TaskPublic.model_validate(task)
+async def get_task(user: CurrentUser, db: DbSession, task_id: TaskId) -> TaskDetail:
+    """Get one task by UUID or number, with its steps in order."""
+    return await tasks.get_task(db=db, owner=user.user_id, ref=TaskRef.parse(task_id))
 
 
 @router.patch("/{task_id}", operation_id="updateTask")
@@ -67,8 +69,7 @@ async def update_task(
     user: CurrentUser, db: DbSession, task_id: TaskId, data: TaskUpdate
 ) -> TaskPublic:
     """Change the fields sent; `null` clears an optional field."""
-    task = await tasks.update_task(db=db, owner=user.user_id, ref=TaskRef.parse(task_id), data=data)
-    return TaskPublic.model_validate(task)
+    return await tasks.update_task(db=db, owner=user.user_id, ref=TaskRef.parse(task_id), data=data)
 
 
 @router.put("/{task_id}", operation_id="replaceTask")
@@ -86,18 +87,17 @@ async def complete_task(
     task_id: TaskId,
     data: Annotated[TaskCompletion | None, Body()] = None,
 ) -> TaskPublic:
-    """Set `completed`, or toggle it when no body is sent."""
-    task = await tasks.set_completed(
+    """Set `completed`, or toggle it when no body is sent. Steps are left as they are."""
+    return await tasks.set_completed(
         db=db,
         owner=user.user_id,
         ref=TaskRef.parse(task_id),
         completed=data.completed if data else None,
     )
-    return TaskPublic.model_validate(task)
 
 
 @router.delete("/{task_id}", status_code=status.HTTP_204_NO_CONTENT, operation_id="deleteTask")
 async def delete_task(user: CurrentUser, db: DbSession, task_id: TaskId) -> Response:
-    """Delete a task; its number is not reused."""
+    """Delete a task and its steps; numbers are not reused."""
     await tasks.delete_task(db=db, owner=user.user_id, ref=TaskRef.parse(task_id))
     return Response(status_code=status.HTTP_204_NO_CONTENT)

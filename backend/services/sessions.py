@@ -48,6 +48,7 @@ def to_public(session: AgentSession) -> SessionPublic:
             prompt_tokens=session.prompt_tokens,
             completion_tokens=session.completion_tokens,
             total_tokens=session.total_tokens,
+            cached_tokens=session.cached_tokens,
         ),
     )
 
@@ -155,7 +156,10 @@ def _message(row: AgentMessage) -> MessagePublic:
     if row.prompt_tokens is not None or row.completion_tokens is not None:
         prompt, completion = row.prompt_tokens or 0, row.completion_tokens or 0
         usage = Usage(
-            prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            cached_tokens=row.cached_tokens or 0,
         )
     return MessagePublic(
         id=row.id,

@@ -7,15 +7,16 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import ColumnElement, case, delete, func, or_, update
+from sqlalchemy import ColumnElement, FromClause, Label, Table, case, delete, func, or_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from backend.errors import TaskNotFound
+from backend.errors import StepsHaveNoSteps, TaskNotFound
 from backend.models.task import (
     Task,
     TaskCreate,
+    TaskDetail,
     TaskFilters,
     TaskPublic,
     TasksPublic,
@@ -25,6 +26,10 @@ from backend.models.user import User
 from backend.services import idempotency
 
 _TASK_REF = re.compile(r"^\s*(?:task\s*)?#?\s*(\d{1,9})\s*$", re.IGNORECASE)
+_TASKS: Table = Task.__table__  # type: ignore[attr-defined]
+# Other rows of the same table, in subqueries: a task's steps, a filter's parent.
+_STEPS = _TASKS.alias("step")
+_PARENT = _TASKS.alias("parent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +40,9 @@ class TaskRef:
     id: uuid.UUID | None = None
 
     @classmethod
-    def parse(cls, value: str | int) -> "TaskRef":
+    def parse(cls, value: str | int | uuid.UUID) -> "TaskRef":
+        if isinstance(value, uuid.UUID):
+            return cls(id=value)
         if isinstance(value, int) and not isinstance(value, bool):
             return cls(number=value)
         if isinstance(value, str):
@@ -47,10 +54,10 @@ class TaskRef:
                 pass
         raise TaskNotFound(f"No task {value!r}; use its number (like 3 or #3) or its id.")
 
-    def where(self) -> Any:
+    def where(self, table: FromClause = _TASKS) -> ColumnElement[bool]:
         if self.id is not None:
-            return col(Task.id) == self.id
-        return col(Task.number) == self.number
+            return table.c.id == self.id
+        return table.c.number == self.number
 
 
 def resolve_due_at(value: datetime | date | None, tz: ZoneInfo) -> datetime | None:
@@ -78,12 +85,76 @@ async def _zone(*, db: AsyncSession, owner: str, tz: ZoneInfo | None, needed: bo
     return ZoneInfo(name or "UTC")
 
 
+def _progress() -> tuple[Label[int], Label[int]]:
+    """The steps_done and steps_total of the task row of the enclosing statement (one index
+    range each, on (user_id, parent_id))."""
+    steps = (
+        select(func.count())
+        .select_from(_STEPS)
+        .where(_STEPS.c.user_id == col(Task.user_id), _STEPS.c.parent_id == col(Task.id))
+        .correlate(Task)
+    )
+    return (
+        steps.where(_STEPS.c.completed).scalar_subquery().label("steps_done"),
+        steps.scalar_subquery().label("steps_total"),
+    )
+
+
+def _public(row: Any) -> TaskPublic:
+    """A (Task, steps_done, steps_total) row as the API shows it."""
+    task, done, total = row
+    return TaskPublic.model_validate(task, update={"steps_done": done, "steps_total": total})
+
+
 async def create_task(
     *, db: AsyncSession, owner: str, data: TaskCreate, tz: ZoneInfo | None = None
+) -> TaskDetail:
+    """Create the task, and its steps after it, in the caller's transaction. A parent must
+    be the owner's and not itself a step (404 / 422 before anything is written)."""
+    parent_id = None
+    if data.parent_id is not None:
+        if data.steps:
+            raise StepsHaveNoSteps("A step cannot have steps: give a parent or steps, not both.")
+        parent_id = await _parent(db=db, owner=owner, ref=TaskRef.parse(data.parent_id))
+    tz = await _zone(db=db, owner=owner, tz=tz, needed=data.due_at is not None)
+    task = await _insert(
+        db=db,
+        owner=owner,
+        parent_id=parent_id,
+        title=data.title,
+        description=data.description,
+        due_at=resolve_due_at(data.due_at, tz),
+        priority=data.priority,
+        tags=data.tags,
+    )
+    steps = [
+        TaskPublic.model_validate(await _insert(db=db, owner=owner, parent_id=task.id, title=title))
+        for title in data.steps
+    ]
+    return TaskDetail.model_validate(task, update={"steps": steps, "steps_total": len(steps)})
+
+
+async def _parent(*, db: AsyncSession, owner: str, ref: TaskRef) -> uuid.UUID:
+    """The id of the owner's top-level task `ref`, locked against deletion until commit."""
+    statement = (
+        select(col(Task.id), col(Task.number), col(Task.parent_id))
+        .where(col(Task.user_id) == owner, ref.where())
+        .with_for_update(read=True, key_share=True)
+    )
+    row = (await db.exec(statement)).one_or_none()
+    if row is None:
+        raise TaskNotFound("Parent task not found.")
+    parent_id, number, grandparent_id = row
+    if grandparent_id is not None:
+        raise StepsHaveNoSteps(f"Task {number} is a step; a step cannot have steps.")
+    return parent_id
+
+
+async def _insert(
+    *, db: AsyncSession, owner: str, parent_id: uuid.UUID | None, title: str, **fields: Any
 ) -> Task:
     """Insert with the owner's next number, allocated in the same statement: the counter row
     is locked until commit, so concurrent creates get distinct numbers, never reused."""
-    tz = await _zone(db=db, owner=owner, tz=tz, needed=data.due_at is not None)
     next_number = (
         update(User)
         .where(col(User.id) == owner)
@@ -97,13 +168,11 @@ async def create_task(
             id=uuid.uuid4(),
             user_id=owner,
             number=select(next_number.c.task_seq).scalar_subquery(),
-            title=data.title,
-            description=data.description,
-            due_at=resolve_due_at(data.due_at, tz),
-            priority=data.priority,
-            tags=data.tags,
+            parent_id=parent_id,
+            title=title,
             created_at=func.now(),
             updated_at=func.now(),
+            **fields,
         )
         .add_cte(next_number)
         .returning(Task)
@@ -113,7 +182,7 @@ async def create_task(
 
 async def create_task_once(
     *, db: AsyncSession, owner: str, data: TaskCreate, key: str, ttl_s: float
-) -> TaskPublic:
+) -> TaskDetail:
     """Create a task at most once per Idempotency-Key: a retry gets the first task back.
     The key is claimed and answered in this one transaction, so a concurrent retry waits
     for it and then replays."""
@@ -123,8 +192,8 @@ async def create_task_once(
         connection, owner=owner, key=key, fingerprint=fingerprint, ttl_s=ttl_s, lock_s=ttl_s
     )
     if replay is not None:
-        return TaskPublic.model_validate(replay.body)
-    task = TaskPublic.model_validate(await create_task(db=db, owner=owner, data=data))
+        return TaskDetail.model_validate(replay.body)
+    task = await create_task(db=db, owner=owner, data=data)
     await idempotency.store(
         connection, owner=owner, key=key, status_code=201, body=task.model_dump(mode="json")
     )
@@ -133,6 +202,13 @@ async def create_task_once(
 
 def _conditions(owner: str, filters: TaskFilters, tz: ZoneInfo) -> list[ColumnElement[bool]]:
     conditions = [col(Task.user_id) == owner]
+    if filters.parent is not None:
+        # Another user's task as parent matches nothing, exactly like a missing one.
+        parent = TaskRef.parse(filters.parent).where(_PARENT)
+        parent_id = select(_PARENT.c.id).where(_PARENT.c.user_id == owner, parent)
+        conditions.append(col(Task.parent_id) == parent_id.scalar_subquery())
+    if filters.top_level:
+        conditions.append(col(Task.parent_id).is_(None))
     if filters.status != "all":
         conditions.append(col(Task.completed) == (filters.status == "completed"))
     if filters.q:
@@ -158,7 +234,7 @@ async def list_tasks(
     tz = await _zone(db=db, owner=owner, tz=tz, needed=filters.due in ("today", "week"))
     conditions = _conditions(owner, filters, tz)
     page = (
-        select(Task)
+        select(Task, *_progress())
         .where(*conditions)
         .order_by(col(Task.number))
         .limit(filters.limit)
@@ -171,7 +247,7 @@ async def list_tasks(
         # A separate count can be answered from the index; counting in the page query
         # (count(*) OVER ()) would read every matching row before the LIMIT applies.
         total = (await db.exec(select(func.count()).where(*conditions))).one()
-    return TasksPublic(data=[TaskPublic.model_validate(row) for row in rows], count=total)
+    return TasksPublic(data=[_public(row) for row in rows], count=total)
 
 
 async def task_counts(*, db: AsyncSession, owner: str) -> dict[str, int]:
@@ -186,17 +262,23 @@ async def task_counts(*, db: AsyncSession, owner: str) -> dict[str, int]:
     return {"pending": row[0], "completed": row[1], "overdue": row[2]}
 
 
-async def get_task(*, db: AsyncSession, owner: str, ref: TaskRef) -> Task:
-    statement = select(Task).where(col(Task.user_id) == owner, ref.where())
-    task = (await db.exec(statement)).one_or_none()
-    if task is None:
+async def get_task(*, db: AsyncSession, owner: str, ref: TaskRef) -> TaskDetail:
+    """One task with its steps, in number order."""
+    statement = select(Task, *_progress()).where(col(Task.user_id) == owner, ref.where())
+    row = (await db.exec(statement)).one_or_none()
+    if row is None:
         raise TaskNotFound()
-    return task
+    task = _public(row)
+    steps: list[Task] = []
+    if task.steps_total:
+        steps_of = select(Task).where(col(Task.user_id) == owner, col(Task.parent_id) == task.id)
+        steps = list((await db.exec(steps_of.order_by(col(Task.number)))).all())
+    return TaskDetail(**task.model_dump(), steps=[TaskPublic.model_validate(s) for s in steps])
 
 
 async def update_task(
     *, db: AsyncSession, owner: str, ref: TaskRef, data: TaskUpdate, tz: ZoneInfo | None = None
-) -> Task:
+) -> TaskPublic:
     changes: dict[str, Any] = data.model_dump(exclude_unset=True)
     if "due_at" in changes:
         tz = await _zone(db=db, owner=owner, tz=tz, needed=data.due_at is not None)
@@ -208,8 +290,9 @@ async def update_task(
 
 async def set_completed(
     *, db: AsyncSession, owner: str, ref: TaskRef, completed: bool | None
-) -> Task:
-    """Mark done or not done; `None` toggles."""
+) -> TaskPublic:
+    """Mark done or not done; `None` toggles. A task's steps are left as they are, and
+    completing its last step leaves the task open: both are the user's call."""
     return await _update(db=db, owner=owner, ref=ref, changes=_completion(completed))
 
 
@@ -229,20 +312,23 @@ def _completion(completed: bool | None) -> dict[str, Any]:
     return {"completed": False, "completed_at": None}
 
 
-async def _update(*, db: AsyncSession, owner: str, ref: TaskRef, changes: dict[str, Any]) -> Task:
+async def _update(
+    *, db: AsyncSession, owner: str, ref: TaskRef, changes: dict[str, Any]
+) -> TaskPublic:
     statement = (
         update(Task)
         .where(col(Task.user_id) == owner, ref.where())
         .values(**changes, updated_at=func.now())
-        .returning(Task)
+        .returning(Task, *_progress())
     )
-    task = (await db.exec(statement)).scalars().one_or_none()
-    if task is None:
+    row = (await db.exec(statement)).one_or_none()
+    if row is None:
         raise TaskNotFound()
-    return task  # type: ignore[no-any-return]
+    return _public(row)
 
 
 async def delete_task(*, db: AsyncSession, owner: str, ref: TaskRef) -> Task:
+    """Delete a task; its steps go with it (the foreign key cascades)."""
     statement = delete(Task).where(col(Task.user_id) == owner, ref.where()).returning(Task)
     task = (await db.exec(statement)).scalars().one_or_none()
     if task is None:

@@ -18,9 +18,17 @@ from openai.types.chat import ChatCompletionFunctionToolParam
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from backend.errors import NotFound
+from backend.errors import NotFound, StepsHaveNoSteps
 from backend.models._types import Description, DueAt, Tags, Text, Title
-from backend.models.task import DueFilter, Priority, StatusFilter, Task, TaskCreate, TaskFilters
+from backend.models.task import (
+    MAX_STEPS,
+    DueFilter,
+    Priority,
+    StatusFilter,
+    TaskCreate,
+    TaskFilters,
+    TaskPublic,
+)
 from backend.models.task import TaskUpdate as TaskChanges
 from backend.services import tasks
 from backend.services.tasks import TaskRef
@@ -66,11 +74,15 @@ class ListTodos(ToolArgs):
         default=None, max_length=200, description="Words to find in title or description."
     )
     due: DueFilter | None = Field(default=None, description="Only overdue, today or this week.")
+    parent: str | None = Field(
+        default=None, max_length=64, description="Only the steps of this task, in order."
+    )
     limit: int | None = Field(default=None, ge=1, le=MAX_LIST, description="At most 50.")
 
 
 class AddTodo(ToolArgs):
-    """Add a todo for the user."""
+    """Add a todo for the user. To plan a task, give its steps: the task and its steps are
+    created together. To add one step to an existing task, give that task as parent."""
 
     name = "add_todo"
     title: Title = Field(description="Short title, at most 200 characters.")
@@ -81,6 +93,14 @@ class AddTodo(ToolArgs):
     )
     priority: Priority | None = None
     tags: Tags | None = Field(default=None, description="Up to 10 short tags.")
+    parent: str | None = Field(
+        default=None,
+        max_length=64,
+        description='Make it a step of this task: its number ("3") or UUID.',
+    )
+    steps: list[Title] | None = Field(
+        default=None, max_length=MAX_STEPS, description="Step titles, in order (at most 20)."
+    )
 
 
 class UpdateTodo(ToolArgs):
@@ -97,7 +117,8 @@ class UpdateTodo(ToolArgs):
 
 
 class CompleteTodo(ToolArgs):
-    """Mark a todo as completed, or (completed=false) reopen it."""
+    """Mark a todo (or a step) as completed, or (completed=false) reopen it. A task's steps
+    and the task are completed separately."""
 
     name = "complete_todo"
     todo_id: str = TodoId
@@ -223,7 +244,10 @@ class TodoTools:
                 case GetUserContext():
                     return await self._context(db)
         except NotFound as missing:
-            return error(f"{missing.detail} No task {getattr(call, 'todo_id', '')!r}.".strip())
+            name = getattr(call, "todo_id", None) or getattr(call, "parent", None) or ""
+            return error(f"{missing.detail} No task {name!r}.")
+        except StepsHaveNoSteps as refused:
+            return error(refused.detail)
         return error(f"Tool {call.name!r} is not available.")
 
     async def _list(self, db: AsyncSession, call: ListTodos) -> ToolResult:
@@ -235,18 +259,22 @@ class TodoTools:
                 status=call.status or "all",
                 q=call.search or None,
                 due=call.due,
+                parent=call.parent or None,
                 limit=min(call.limit or MAX_LIST, MAX_LIST),
             ),
         )
         return {"todos": [self.todo(t) for t in page.data], "total": page.count}
 
     async def _add(self, db: AsyncSession, call: AddTodo) -> ToolResult:
+        parent = TaskRef.parse(call.parent) if call.parent else None
         data = TaskCreate(
             title=call.title,
             description=call.description,
             due_at=call.due_at,
             priority=call.priority or "medium",
             tags=call.tags or [],
+            parent_id=(parent.id or parent.number) if parent else None,
+            steps=call.steps or [],
         )
         task = await tasks.create_task(db=db, owner=self.owner, data=data, tz=self.tz)
         return {"status": "created", "todo": self.todo(task)}
@@ -266,7 +294,28 @@ class TodoTools:
         task = await tasks.set_completed(
             db=db, owner=self.owner, ref=TaskRef.parse(call.todo_id), completed=completed
         )
-        return {"status": "completed" if completed else "reopened", "todo": self.todo(task)}
+        result = {"status": "completed" if completed else "reopened", "todo": self.todo(task)}
+        note = await self._steps_note(db, task) if completed else None
+        if note:
+            result["note"] = note
+        return result
+
+    async def _steps_note(self, db: AsyncSession, task: TaskPublic) -> str | None:
+        """What completing `task` leaves open: its own steps, or its parent."""
+        if open_steps := task.steps_total - task.steps_done:
+            return (
+                f"Task {task.number} is completed, but {open_steps} of its "
+                f"{task.steps_total} steps are still open."
+            )
+        if task.parent_id is None:
+            return None
+        parent = await tasks.get_task(db=db, owner=self.owner, ref=TaskRef(id=task.parent_id))
+        if parent.completed or parent.steps_done < parent.steps_total:
+            return None
+        return (
+            f"That was the last open step of task {parent.number} ({parent.title!r}), which "
+            "is still open: complete it too if it is done."
+        )
 
     async def _context(self, db: AsyncSession) -> ToolResult:
         counts = await tasks.task_counts(db=db, owner=self.owner)
@@ -279,9 +328,20 @@ class TodoTools:
             **counts,
         }
 
-    def todo(self, task: Task | Any) -> ToolResult:
-        """A task as the model sees it: dates in the user's timezone."""
+    def todo(self, task: Any) -> ToolResult:
+        """A task as the model sees it: dates in the user's timezone; its parent or its
+        progress through its steps (and the steps themselves, when they are at hand)."""
         due = task.due_at.astimezone(self.tz).isoformat(timespec="minutes") if task.due_at else None
+        extra: ToolResult = {}
+        if task.parent_id is not None:
+            extra["parent_id"] = str(task.parent_id)
+        if steps_total := getattr(task, "steps_total", 0):
+            extra["steps_done"], extra["steps_total"] = task.steps_done, steps_total
+        if steps := getattr(task, "steps", None):
+            extra["steps"] = [
+                {"id": str(s.id), "number": s.number, "title": s.title, "completed": s.completed}
+                for s in steps
+            ]
         return {
             "id": str(task.id),
             "number": task.number,
@@ -291,4 +351,5 @@ class TodoTools:
             "due_at": due,
             "priority": task.priority,
             "tags": list(task.tags),
+            **extra,
         }

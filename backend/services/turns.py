@@ -43,6 +43,8 @@ class Opening:
     history: list[HistoryRow] = field(default_factory=list)
     name: str | None = None
     timezone: str = "UTC"
+    instructions: str | None = None
+    model: str | None = None
     tokens_today: int = 0
     rate_limited: bool = False
     retry_after_s: float = 0.0
@@ -51,7 +53,8 @@ class Opening:
 
 
 # The start of a turn, in one statement that is atomic by itself:
-#  gate:     the user's rate limit, read under a row lock. GCRA: `chat_tat` is when the
+#  gate:     the user's settings (name, timezone, instructions, model), and their rate
+#            limit, read under a row lock. GCRA: `chat_tat` is when the
 #            user's "bucket" is next empty; a turn is allowed when that is at most `tau`
 #            ahead of now (a burst of CHAT_RATE_LIMIT_PER_MINUTE turns), and then moves it
 #            `interval` further. The lock makes it exact across replicas; a NO KEY UPDATE
@@ -66,7 +69,7 @@ class Opening:
 # cost does not grow with the session. Refused turns change nothing.
 _OPEN_TURN = """
     WITH gate AS (
-        SELECT name, timezone,
+        SELECT COALESCE(display_name, name) AS name, timezone, instructions, model,
                GREATEST(COALESCE(chat_tat, now()), now()) AS base,
                GREATEST(COALESCE(chat_tat, now()), now()) - now()
                    <= make_interval(secs => :tau) AS allowed,
@@ -83,7 +86,7 @@ _OPEN_TURN = """
         SELECT :message, id, :owner, 'user', :content, clock_timestamp() FROM lease
     )
     SELECT gate.allowed, gate.name, COALESCE(:timezone, gate.timezone) AS timezone,
-           gate.tokens_today,
+           gate.instructions, gate.model, gate.tokens_today,
            EXTRACT(EPOCH FROM gate.base - now())::float8 - :tau AS retry_after_s,
            (SELECT id FROM lease) AS session_id,
            {found} AS session_found,
@@ -150,14 +153,15 @@ _FINISH = text(
     """
     WITH reply AS (
         INSERT INTO agent_messages (id, session_id, user_id, role, content, using_stub,
-                                    prompt_tokens, completion_tokens, created_at)
+                                    prompt_tokens, completion_tokens, cached_tokens, created_at)
         VALUES (:message, :session, :owner, 'assistant', :content, :stub,
-                :prompt, :completion, clock_timestamp())
+                :prompt, :completion, :cached, clock_timestamp())
         ON CONFLICT (id) DO UPDATE SET
             content = EXCLUDED.content,
             using_stub = EXCLUDED.using_stub,
             prompt_tokens = EXCLUDED.prompt_tokens,
-            completion_tokens = EXCLUDED.completion_tokens
+            completion_tokens = EXCLUDED.completion_tokens,
+            cached_tokens = EXCLUDED.cached_tokens
         RETURNING created_at
     ), spent AS (
         UPDATE users SET
@@ -171,6 +175,7 @@ _FINISH = text(
         prompt_tokens = prompt_tokens + :prompt,
         completion_tokens = completion_tokens + :completion,
         total_tokens = total_tokens + :total,
+        cached_tokens = cached_tokens + :cached,
         lease_owner = CASE WHEN lease_owner = :turn THEN NULL ELSE lease_owner END,
         lease_expires_at = CASE WHEN lease_owner = :turn THEN NULL ELSE lease_expires_at END
     WHERE id = :session AND user_id = :owner
@@ -240,6 +245,8 @@ async def open_turn(
         history=[*earlier, ("user", message, None, None)],
         name=row.name,
         timezone=row.timezone,
+        instructions=row.instructions,
+        model=row.model,
         tokens_today=row.tokens_today,
     )
 
@@ -306,6 +313,7 @@ async def finish(
                 "prompt": usage.prompt_tokens,
                 "completion": usage.completion_tokens,
                 "total": usage.total_tokens,
+                "cached": usage.cached_tokens,
             },
         )
     ).first()

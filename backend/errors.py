@@ -53,6 +53,11 @@ class StepsHaveNoSteps(DomainError):
     detail = "That task is a step; a step cannot have steps of its own."
 
 
+class UnknownModel(DomainError):
+    status_code = 422
+    detail = "That model is not one this service offers."
+
+
 class Conflict(DomainError):
     status_code = 409
     detail = "Conflict."

@@ -14,6 +14,7 @@ from backend.logs import configure_logging
 from backend.metrics import release_process_metrics
 from backend.middleware import RequestMiddleware
 from backend.routers import chat, health, metrics, sessions, tasks
+from backend.routers import settings as user_settings
 from backend.settings import Settings, load_settings
 
 
@@ -66,7 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             expose_headers=["Retry-After", "X-Request-ID"],
             max_age=600,
         )
-    for module in (health, metrics, chat, sessions, tasks):
+    for module in (health, metrics, chat, sessions, tasks, user_settings):
         # The routes are complete (prefix, tags, documented errors) once declared; adding
         # them directly spares every request FastAPI's lazy re-resolution of included
         # routers, and the OpenAPI document is the same.

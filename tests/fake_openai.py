@@ -104,7 +104,7 @@ class Completion(Step):
     text: str | None = None
     calls: tuple[Call, ...] = ()
     finish_reason: str | None = None  # None: "tool_calls" when there are calls, else "stop"
-    usage: Mapping[str, int] | None = None  # None: estimated from the request and answer
+    usage: Mapping[str, Any] | None = None  # None: estimated; may hold prompt_tokens_details
     chunks: tuple[str, ...] | None = None  # streamed content pieces; None: split on words
     chunk_interval_s: float | None = None  # None: the server's chunk_interval_s
 
@@ -178,7 +178,7 @@ def call(
 def reply(
     text: str = "OK",
     *,
-    usage: Mapping[str, int] | None = None,
+    usage: Mapping[str, Any] | None = None,
     finish_reason: str = "stop",
     chunks: Iterable[str] | None = None,
     chunk_interval_s: float | None = None,
@@ -202,7 +202,7 @@ def reply(
 def tool_calls(
     *calls: Call,
     text: str | None = None,
-    usage: Mapping[str, int] | None = None,
+    usage: Mapping[str, Any] | None = None,
     finish_reason: str = "tool_calls",
     chunk_interval_s: float | None = None,
     delay: float = 0.0,
@@ -727,7 +727,7 @@ class _Answer:
     created: int
     model: str
     include_usage: bool
-    usage: dict[str, int]
+    usage: dict[str, Any]
 
     @property
     def finish_reason(self) -> str:
@@ -825,7 +825,7 @@ class _Answer:
 
 def _usage(
     completion: Completion, calls: list[tuple[str, str, str]], body: JSONObject
-) -> dict[str, int]:
+) -> dict[str, Any]:
     given = dict(completion.usage or {})
     prompt = given.get("prompt_tokens")
     if prompt is None:

@@ -2,7 +2,7 @@
 
 import uuid
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field as PydanticField
 from pydantic import model_validator
@@ -37,6 +37,7 @@ DueFilter = Literal["overdue", "today", "week"]
 
 MAX_PAGE = 100
 MAX_STEPS = 20
+TaskNumber = Annotated[int, PydanticField(ge=1, le=999_999_999)]
 
 
 class TaskBase(SQLModel):
@@ -51,9 +52,11 @@ class TaskCreate(TaskBase):
         default=None,
         description="ISO 8601 date or date-time; naive values are read in your timezone.",
     )
-    parent_id: uuid.UUID | int | None = PydanticField(
-        default=None,
-        description="Make this task a step of that top-level task (its UUID or number).",
+    parent_id: uuid.UUID | Annotated[int, PydanticField(ge=1, le=999_999_999)] | None = (
+        PydanticField(
+            default=None,
+            description="Make this task a step of that top-level task (its UUID or number).",
+        )
     )
     steps: list[Title] = PydanticField(
         default_factory=list,

@@ -1,11 +1,19 @@
-"""Users: created on first sight from a verified token; everything else hangs off them."""
+"""Users: created on first sight from a verified token; everything else hangs off them.
+Their settings: UserSettingsUpdate / UserSettingsPublic."""
 
 from datetime import date, datetime
+from typing import Annotated
 
+from pydantic import Field as PydanticField
+from pydantic import StringConstraints, model_validator
+from pydantic.json_schema import SkipJsonSchema
 from sqlalchemy import BigInteger, Column, Date, DateTime, Integer, String, text
 from sqlmodel import Field, SQLModel
 
-from backend.models._types import Timestamp
+from backend.models._types import NotBlank, Text, Timestamp
+from backend.models.chat import Timezone
+
+MAX_INSTRUCTIONS_CHARS = 2000
 
 
 class User(SQLModel, table=True):
@@ -31,3 +39,44 @@ class User(SQLModel, table=True):
     )
     created_at: datetime = Timestamp()
     updated_at: datetime = Timestamp()
+
+
+DisplayName = Annotated[
+    Text, StringConstraints(strip_whitespace=True, min_length=1, max_length=255), NotBlank
+]
+Instructions = Annotated[
+    Text, StringConstraints(strip_whitespace=True, max_length=MAX_INSTRUCTIONS_CHARS)
+]
+
+
+class UserSettingsUpdate(SQLModel):
+    """A partial update: only the fields sent change; `null` returns a field to its default."""
+
+    display_name: DisplayName | None = PydanticField(
+        default=None, description="How the assistant addresses you; null: the sign-in name."
+    )
+    timezone: Timezone | SkipJsonSchema[None] = PydanticField(
+        default=None, description="IANA name, e.g. Europe/Berlin."
+    )
+    instructions: Instructions | None = PydanticField(
+        default=None,
+        description="Standing preferences for the assistant (at most 2,000 characters), e.g. "
+        '"answer in Portuguese". They never override the service\'s own rules.',
+    )
+    model: Annotated[str, StringConstraints(max_length=100)] | None = PydanticField(
+        default=None, description="One of `models`; null: the service's default."
+    )
+
+    @model_validator(mode="after")
+    def _timezone_not_null(self) -> "UserSettingsUpdate":
+        if "timezone" in self.model_fields_set and self.timezone is None:
+            raise ValueError("timezone cannot be null")
+        return self
+
+
+class UserSettingsPublic(SQLModel):
+    display_name: str | None
+    timezone: str
+    instructions: str | None
+    model: str = PydanticField(description="The model your turns use.")
+    models: list[str] = PydanticField(description="The models you may choose from.")

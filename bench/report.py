@@ -99,6 +99,20 @@ class TaskList:
 
 
 @dataclass(frozen=True)
+class PromptFigures:
+    """Tokens of a no-tool turn's model request, and how many of them providers can cache
+    (bench/prompt.py)."""
+
+    model: str
+    encoding: str
+    prompt_tokens: float  # per no-tool turn, mean of the requests measured
+    shared_prefix_tokens: int  # identical at the start of every request (2 users x 2 turns)
+    shared_share: float
+    cacheable_tokens: int  # of those, what OpenAI caches: from 1,024, in steps of 128
+    tools_tokens: int  # the tool definitions alone
+
+
+@dataclass(frozen=True)
 class Target:
     name: str
     measured: str
@@ -115,6 +129,7 @@ class Results:
     history: list[History] = field(default_factory=list)
     tasks: TaskList | None = None
     memory_mib: dict[str, list[float]] = field(default_factory=dict)  # per worker, VmHWM
+    prompt: PromptFigures | None = None
     targets: list[Target] = field(default_factory=list)
 
     def cell(self, target: str, model_ms: int, turn: str, concurrency: int) -> Cell | None:
@@ -204,6 +219,17 @@ def evaluate(results: Results, *, slow_model_ms: int) -> list[Target]:
                 f"model {stream.model_first_chunk.p50:.1f} ms)",
                 "<= 20 ms",
                 stream.overhead.p50 <= 20,
+            )
+        )
+
+    if (prompt := results.prompt) is not None:
+        targets.append(
+            Target(
+                "prompt prefix identical across users and turns (no-tool turn)",
+                f"{prompt.shared_prefix_tokens:,} of {prompt.prompt_tokens:,.0f} tokens "
+                f"({prompt.shared_share:.0%}); {prompt.cacheable_tokens:,} cacheable",
+                ">= 1,024 tokens (the provider's caching minimum)",
+                prompt.cacheable_tokens >= 1024,
             )
         )
     return targets
@@ -366,6 +392,21 @@ def markdown(results: Results) -> str:
     ]
     for name, values in results.memory_mib.items():
         lines.append(f"| {name} | {', '.join(f'{v:.0f}' for v in values)} |")
+
+    if (prompt := results.prompt) is not None:
+        lines += [
+            "",
+            f"## Prompt tokens per no-tool turn (tiktoken `{prompt.encoding}`, {prompt.model})",
+            "",
+            "Two users (different names, timezones, instructions), two turns each; the "
+            "request as the service builds it, tools first (`python -m bench.prompt`).",
+            "",
+            "| prompt tokens | identical prefix | share | cacheable (OpenAI) | tools alone |",
+            "| ---: | ---: | ---: | ---: | ---: |",
+            f"| {prompt.prompt_tokens:,.0f} | {prompt.shared_prefix_tokens:,} "
+            f"| {prompt.shared_share:.0%} | {prompt.cacheable_tokens:,} "
+            f"| {prompt.tools_tokens:,} |",
+        ]
 
     notes = meta.get("notes") or []
     if notes:

@@ -28,7 +28,7 @@ from backend.auth import create_token
 from backend.services.agent import prompt_messages
 from backend.services.tools import TOOL_DEFINITIONS
 from backend.settings import Settings
-from bench import load, profile
+from bench import load, profile, prompt
 from bench.harness import (
     BIN,
     REPO,
@@ -566,6 +566,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             server.name: [peak_rss_mib(pid) for pid in server.workers()]
             for server in (service, floor)
         }
+        results.prompt = prompt.measure()
         if args.profile:
             bench.profile(args.profile)
         results.meta["seconds"] = round(time.monotonic() - bench.started)

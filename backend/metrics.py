@@ -90,15 +90,23 @@ def failure_kind(reason: str) -> str:
 
 
 def record_model_call(
-    *, seconds: float, outcome: str, prompt_tokens: int = 0, completion_tokens: int = 0
+    *,
+    seconds: float,
+    outcome: str,
+    prompt_tokens: int = 0,
+    completion_tokens: int = 0,
+    cached_tokens: int = 0,
 ) -> None:
-    """One model call: `outcome` is "ok" or the failure reason (rate_limited, http_503...)."""
+    """One model call: `outcome` is "ok" or the failure reason (rate_limited, http_503...).
+    Cached tokens are the part of the prompt tokens the provider served from its cache."""
     MODEL_CALLS.labels(failure_kind(outcome)).inc()
     MODEL_CALL_SECONDS.observe(seconds)
     if prompt_tokens:
         TOKENS.labels("prompt").inc(prompt_tokens)
     if completion_tokens:
         TOKENS.labels("completion").inc(completion_tokens)
+    if cached_tokens:
+        TOKENS.labels("cached").inc(cached_tokens)
 
 
 def record_stub_fallback(reason: str) -> None:

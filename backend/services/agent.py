@@ -460,6 +460,7 @@ class OpenAIAgentService:
                 outcome=outcome,
                 prompt_tokens=usage.prompt_tokens,
                 completion_tokens=usage.completion_tokens,
+                cached_tokens=usage.cached_tokens,
             )
             log_model_call(
                 session_id=turn.session_id,

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import json
 import re
+import select
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -67,7 +68,8 @@ def better_auth() -> Iterator[Instances]:
     assert process.stdout is not None
     assert process.stdin is not None
     try:
-        ready = json.loads(process.stdout.readline() or "{}")
+        started, _, _ = select.select([process.stdout], [], [], 60)
+        ready = json.loads(process.stdout.readline() if started else "{}")
         assert ready.get("ready"), f"Better Auth did not start (exit {process.poll()})"
         yield ready["instances"]
     finally:

@@ -63,10 +63,14 @@ class Identity:
 
 
 class JwksCache:
-    """Keys from a JWKS URL, by `kid`: refetched when older than `ttl_s`, or on an unknown
-    `kid` at most once per `refresh_s`. A failed fetch is not retried sooner either, so
-    neither a stream of made-up kids nor a provider that is down turns every request into a
-    fetch; until one fetch has succeeded, verification answers 503."""
+    """Keys from a JWKS URL, by `kid`: refetched when older than `ttl_s`, and at once on an
+    unknown `kid` (a provider that rotated signs with a key we have not seen yet).
+
+    Fetches are single-flight (requests that need one share it) and at least `refresh_s`
+    apart, successful or not: a request with an unknown kid that arrives sooner waits for
+    the next allowed fetch, so a stream of made-up kids, or a provider that is down, costs
+    the provider one fetch per `refresh_s`. Until one fetch has succeeded, verification
+    answers 503."""
 
     def __init__(self, url: str, http: httpx.AsyncClient, *, refresh_s: float, ttl_s: float):
         self._url = url
@@ -80,16 +84,21 @@ class JwksCache:
         self._lock = asyncio.Lock()
 
     async def key(self, kid: str | None) -> dict[str, Any] | None:
+        key = self._lookup(kid)
         now = time.monotonic()
+        # Stale keys still verify while a failed refetch waits for its next turn.
         since_try = now - self._tried_at
         stale = now - self._fetched_at > self._ttl_s and since_try > min(
             self._ttl_s, self._refresh_s
         )
-        unknown = kid not in self._keys and since_try > self._refresh_s
-        if stale or unknown:
+        if key is None or stale:
             await self._refresh(seen_at=self._tried_at)
+            key = self._lookup(kid)
         if self._fetched_at == float("-inf"):
             raise IdentityProviderUnavailable()
+        return key
+
+    def _lookup(self, kid: str | None) -> dict[str, Any] | None:
         if kid is None and len(self._keys) == 1:
             return next(iter(self._keys.values()))
         return self._keys.get(kid)
@@ -98,6 +107,8 @@ class JwksCache:
         async with self._lock:
             if self._tried_at != seen_at:  # another request fetched while we waited
                 return
+            # Holding the lock: whoever queues behind us shares the fetch we are about to make.
+            await asyncio.sleep(max(0.0, self._tried_at + self._refresh_s - time.monotonic()))
             try:
                 response = await self._http.get(self._url, timeout=5.0)
                 response.raise_for_status()
@@ -115,14 +126,18 @@ class JwksCache:
 
 
 def _parse_jwks(document: object) -> dict[str | None, dict[str, Any]]:
-    """The keys of a JWKS by `kid`; entries that are not objects with a string kid are skipped."""
+    """The signing keys of a JWKS by `kid`. Entries that are not objects with a string kid,
+    and keys meant for encryption (`"use": "enc"`), are skipped; a key of a type we cannot
+    verify stays, harmless, since its kty never matches an allowed algorithm's."""
     keys = document.get("keys") if isinstance(document, dict) else None
     if not isinstance(keys, list):
         raise ValueError("not a JWKS: no keys list")
     return {
         key.get("kid"): key
         for key in keys
-        if isinstance(key, dict) and isinstance(key.get("kid"), str | None)
+        if isinstance(key, dict)
+        and isinstance(key.get("kid"), str | None)
+        and key.get("use") in (None, "sig")
     }
 
 

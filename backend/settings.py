@@ -54,7 +54,8 @@ class Settings(BaseSettings):
     jwt_issuer: str | None = None
     jwt_audience: str | None = None
     jwt_leeway_s: int = Field(default=30, ge=0)
-    jwt_jwks_refresh_s: float = Field(default=60.0, ge=0)
+    # The floor between two JWKS fetches; an unknown kid refetches as soon as it allows.
+    jwt_jwks_refresh_s: float = Field(default=1.0, ge=0)
     jwt_jwks_cache_s: float = Field(default=3600.0, gt=0)
 
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)

@@ -1,3 +1,0 @@
-from backend.cli import main
-
-main()

@@ -1,1 +1,0 @@
-"""HTTP only: parse, call a service, return."""

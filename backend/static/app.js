@@ -356,7 +356,7 @@ function markActiveSession() {
 
 function sessionItem(session) {
   const item = el("li", { attrs: { "data-id": session.id } });
-  const open = el("button", { className: "open", attrs: { type: "button" } }, [
+  const open = el("button", { className: "open", attrs: { type: "button", "aria-label": `Open session: ${session.title}` } }, [
     el("span", { className: "title", text: session.title || "Untitled" }),
     el("time", { text: dateTime.format(new Date(session.updated_at)), attrs: { datetime: session.updated_at } }),
   ]);

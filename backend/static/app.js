@@ -288,9 +288,9 @@ function onComposerKey(event) {
 function dueLabel(task) {
   if (!task.due_at) return null;
   const due = new Date(task.due_at);
-  // A date without a time of day is stored as midnight; show it as a date.
-  const hasTime = due.getHours() !== 0 || due.getMinutes() !== 0;
-  return (hasTime ? dateTime : dateOnly).format(due);
+  // A due date without a time of day is stored as the end of that day: show it as a date.
+  const endOfDay = due.getHours() === 23 && due.getMinutes() === 59;
+  return (endOfDay ? dateOnly : dateTime).format(due);
 }
 
 function taskItem(task) {

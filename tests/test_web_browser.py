@@ -9,12 +9,14 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from playwright.async_api import Browser, Dialog, Page, Request, expect
 
+from backend.auth import create_token
 from tests.browser import ARTIFACTS, chromium
 from tests.conftest import server_env
 from tests.fake_openai import FakeOpenAI, call, error, reply, tool_calls
@@ -336,6 +338,29 @@ async def test_cors_lets_only_the_configured_origin_call_the_api(
         answer = await page.evaluate(script, [url, minted["token"]])
         assert "blocked" in answer
         assert "Failed to fetch" in answer["blocked"]
+    finally:
+        await context.close()
+
+
+async def test_an_expired_token_asks_to_sign_in_again(
+    browser: Browser, server: ServerProcess
+) -> None:
+    secret = (Path(server.env["TODO_AGENT_DATA_DIR"]) / "jwt_secret").read_text().strip()
+    expired = create_token(secret=secret, user_id="dev-late", name="Late", ttl_s=-3600)
+    context = await browser.new_context()
+    page = await context.new_page()
+    try:
+        await page.goto(server.url)
+        await page.get_by_label("Bearer token").fill(expired)
+        await page.get_by_role("button", name="Use token").click()
+        await expect(page.locator("#sign-in-reason")).to_have_text(
+            "Your sign-in has expired or is not valid. Please sign in again."
+        )
+        await expect(page.locator("#app")).to_be_hidden()
+        assert await page.evaluate("sessionStorage.length") == 0
+        await page.get_by_label("Your name").fill("Late")
+        await page.get_by_role("button", name="Sign in").click()
+        await expect(page.locator("#task-list")).to_contain_text("No tasks here yet.")
     finally:
         await context.close()
 

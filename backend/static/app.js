@@ -8,6 +8,7 @@ const $ = (selector) => document.querySelector(selector);
 const state = {
   api: null,
   user: null, // {userId, name}
+  owner: null, // whose conversation the page shows
   sessionId: null,
   sessionsCursor: null,
   busy: false,
@@ -108,7 +109,9 @@ function signIn({ token, userId, name }) {
   $("#app").hidden = false;
   $(".who").hidden = false;
   $("#who-name").textContent = name;
-  newChat();
+  // Signed in again after an expired token: the same person goes on where they were.
+  if (state.owner !== userId) newChat();
+  state.owner = userId;
   refreshTasks();
   refreshSessions();
   $("#message").focus();

@@ -274,7 +274,7 @@ class Chat:
         self.session_id = session_id
         for message in page["data"]:
             who = "you" if message["role"] == "user" else "agent"
-            self.info.print(Text(f"{who}> ", style="bold"), Text(message["content"] or ""))
+            self.info.print(Text.assemble((f"{who}> ", "bold"), message["content"] or ""))
 
     def handle(self, line: str) -> bool:
         """Act on one line; False when the person is done."""

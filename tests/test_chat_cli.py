@@ -136,3 +136,29 @@ def test_errors_are_told_in_plain_words(server: ServerProcess, name: str) -> Non
     unreachable = chat(server, "-m", "hi", "--url", "http://127.0.0.1:9", "--token", expired)
     assert unreachable.returncode == 1
     assert "Cannot reach the service at http://127.0.0.1:9" in unreachable.stderr
+
+
+def test_a_past_session_goes_on_with_session_or_open(
+    server: ServerProcess, model: FakeOpenAI, name: str
+) -> None:
+    user = dev_user_id(name)
+    model.script(reply("First answer."), reply("Second answer."), reply("Third answer."))
+    first = httpx.post(
+        f"{server.url}/api/{user}/chat", json={"message": "First question"}, headers=auth(user)
+    ).json()
+    session = first["session_id"]
+    env = {"JWT_SECRET": TEST_SECRET}
+    done = chat(server, "--user", name, "--session", session, "-m", "Second question", env=env)
+    assert done.stdout == "Second answer.\n", done.stderr
+    repl = chat(server, "--user", name, stdin=f"/open {session}\nThird question\n", env=env)
+    assert "you> First question" in repl.stdout  # the history, as it was
+    assert "agent> Second answer." in repl.stdout
+    assert "agent> Third answer." in repl.stdout
+    messages = httpx.get(
+        f"{server.url}/api/{user}/sessions/{session}/messages", headers=auth(user)
+    ).json()["data"]
+    assert [m["content"] for m in messages if m["role"] == "user"] == [
+        "First question",
+        "Second question",
+        "Third question",
+    ]

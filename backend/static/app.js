@@ -41,7 +41,7 @@ function describe(error) {
     case 403:
       return "This token belongs to another user.";
     case 404:
-      return detail ?? "Not found: it may have been deleted.";
+      return `${detail ?? "Not found."} It may have been deleted elsewhere.`;
     case 409:
       return "This chat is still busy with another message. Wait for it to answer, then send again.";
     case 413:
@@ -237,7 +237,6 @@ async function onSend(event) {
   clearError();
   state.busy = true;
   $("#send").disabled = true;
-  let mine = null;
   let answer = null;
   const calls = new Map();
   try {
@@ -247,7 +246,7 @@ async function onSend(event) {
         if (name === "session") {
           // Accepted and stored: only now does the text leave the box.
           state.sessionId = data.session_id;
-          mine = addMessage("user", text);
+          addMessage("user", text);
           box.value = "";
           answer = addMessage("assistant");
           answer.classList.add("streaming");
@@ -263,12 +262,16 @@ async function onSend(event) {
         }
       },
     );
+    answer ??= addMessage("assistant");
     answer.querySelector(".text").textContent = done.response;
     if (done.using_stub) markStub(answer);
     refreshSessions();
     if (done.tool_calls.length) refreshTasks();
   } catch (error) {
     if (error.accepted) refreshSessions();
+    if (error instanceof ApiError && error.status === 404 && !error.accepted) {
+      newChat(); // the session was deleted elsewhere; sending again starts a new one
+    }
     showError(error);
   } finally {
     answer?.classList.remove("streaming");
@@ -276,7 +279,6 @@ async function onSend(event) {
     $("#send").disabled = false;
     box.focus();
   }
-  return mine;
 }
 
 function onComposerKey(event) {

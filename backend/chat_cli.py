@@ -46,7 +46,7 @@ class Credentials:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=os.environ.get("TODO_AGENT_URL", DEFAULT_URL))
+    parser.add_argument("--url", default=DEFAULT_URL, help=f"the service (default {DEFAULT_URL})")
     parser.add_argument("--user", help="your name, for a locally minted development token")
     parser.add_argument("--session", help="continue this session id")
     parser.add_argument(
@@ -62,13 +62,16 @@ def credentials(args: argparse.Namespace) -> Credentials:
         except JOSEError as error:
             raise ConfigError("--token / TODO_AGENT_TOKEN is not a JWT.") from error
         # Only read to know the user id for the path; the service verifies the token.
-        user_id = str(claims.get("sub") or "")
+        user_id = claims.get("sub")
+        if not isinstance(user_id, str) or not user_id:
+            raise ConfigError("--token / TODO_AGENT_TOKEN has no sub (user id).")
         return Credentials(args.token, user_id, str(claims.get("name") or user_id))
     settings = Settings()
     secret = settings.jwt_secret
     path = settings.development_secret_path
-    if secret is None and not settings.is_production and path.exists():
-        secret = SecretStr(path.read_text().strip())
+    # The same rule as the service's: the data dir's secret when no JWT settings are made.
+    if secret is None and not settings.jwt_jwks_url and not settings.is_production:
+        secret = SecretStr(path.read_text().strip()) if path.exists() else None
     if secret is None:
         raise ConfigError(
             "no token: pass --token or set TODO_AGENT_TOKEN (todo-agent token USER_ID), or run "

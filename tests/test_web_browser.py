@@ -15,8 +15,11 @@ from typing import Any
 import httpx
 import pytest
 from playwright.async_api import Browser, Dialog, Page, Request, expect
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from backend.auth import create_token
+from backend.models.session import AgentSession
 from tests.browser import ARTIFACTS, chromium
 from tests.conftest import server_env
 from tests.fake_openai import FakeOpenAI, call, error, reply, tool_calls
@@ -248,6 +251,28 @@ async def test_a_past_session_reopens_with_its_history_and_can_be_renamed_and_de
     await expect(sessions).to_have_count(1)
     await expect(log.locator(".message")).to_have_count(0)  # the open session went with it
     assert (await person.api("GET", f"/sessions/{first['session_id']}")).status_code == 404
+
+
+async def test_sessions_come_a_page_at_a_time(person: Person, engine: AsyncEngine) -> None:
+    start = datetime.now(UTC) - timedelta(days=1)
+    async with AsyncSession(engine) as db, db.begin():
+        db.add_all(
+            AgentSession(
+                user_id=person.user_id,
+                title=f"Chat {n:02d}",
+                created_at=start + timedelta(minutes=n),
+                updated_at=start + timedelta(minutes=n),
+            )
+            for n in range(22)
+        )
+    await person.page.reload()
+    titles = person.page.locator("#session-list .title")
+    await expect(titles).to_have_count(20)
+    await expect(titles.first).to_have_text("Chat 21")  # most recent first
+    await person.page.get_by_role("button", name="Load more").click()
+    await expect(titles).to_have_count(22)
+    await expect(titles.last).to_have_text("Chat 00")
+    await expect(person.page.get_by_role("button", name="Load more")).to_be_hidden()
 
 
 async def test_a_title_that_looks_like_html_is_shown_as_text(

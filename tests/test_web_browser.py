@@ -315,6 +315,8 @@ async def test_the_page_is_usable_on_a_phone(person: Person, model: FakeOpenAI) 
     await page.get_by_role("button", name="Send").click()
     await expect(page.locator(".message.assistant .text")).to_have_text("Added task 1.")
     await expect(page.locator(".message.user .text")).to_have_text("Add bread\nplease")
+    await expect(page.get_by_role("button", name="Send")).to_be_in_viewport()
+    await expect(page.get_by_label("Message")).to_be_in_viewport()
     await person.shot("phone-chat")
     assert await page.evaluate("document.documentElement.scrollWidth") <= 390
 

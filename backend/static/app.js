@@ -94,6 +94,7 @@ function signOut(reason = "") {
   state.user = null;
   $("#app").hidden = true;
   $(".who").hidden = true;
+  $(".views").hidden = true;
   $("#sign-in").hidden = false;
   $("#sign-in-reason").textContent = reason;
   const devSignIn = document.documentElement.dataset.devSignIn === "on";
@@ -108,7 +109,9 @@ function signIn({ token, userId, name }) {
   $("#sign-in").hidden = true;
   $("#app").hidden = false;
   $(".who").hidden = false;
+  $(".views").hidden = false;
   $("#who-name").textContent = name;
+  $("#sign-out").title = `Signed in as ${name}`;
   // Signed in again after an expired token: the same person goes on where they were.
   if (state.owner !== userId) newChat();
   state.owner = userId;

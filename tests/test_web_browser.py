@@ -307,6 +307,20 @@ async def test_too_many_messages_show_the_wait_and_keep_the_text(
     await person.shot("rate-limited")
 
 
+async def test_a_network_failure_says_so_and_keeps_the_text(person: Person) -> None:
+    await person.page.context.set_offline(True)
+    await person.send("Add a task while offline")
+    error = person.page.get_by_role("alert")
+    await expect(error).to_have_text(
+        "Cannot reach the service. Check your connection, then try again."
+    )
+    await expect(person.page.get_by_label("Message")).to_have_value("Add a task while offline")
+    await person.page.context.set_offline(False)
+    await person.page.get_by_role("button", name="Send").click()
+    await expect(error).to_be_hidden()
+    await expect(person.page.get_by_label("Message")).to_have_value("")
+
+
 async def test_the_page_is_usable_on_a_phone(person: Person, model: FakeOpenAI) -> None:
     page = person.page
     await page.set_viewport_size({"width": 390, "height": 844})

@@ -1,4 +1,4 @@
-"""`todo-agent serve | migrate | token`."""
+"""`todo-agent serve | migrate | token | chat`."""
 
 import argparse
 import asyncio
@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Iterator
 from types import FrameType
 
+from backend import chat_cli
 from backend.logs import configure_logging
 from backend.metrics import MULTIPROC_DIR_ENV
 from backend.settings import ConfigError, Settings, load_settings
@@ -151,6 +152,10 @@ def main(argv: list[str] | None = None) -> None:
     token_parser.add_argument("--email")
     token_parser.add_argument("--name")
     token_parser.set_defaults(run=token)
+
+    chat_parser = commands.add_parser("chat", help="chat with a running service in the terminal")
+    chat_cli.add_arguments(chat_parser)
+    chat_parser.set_defaults(run=chat_cli.run)
 
     args = parser.parse_args(argv)
     try:

@@ -13,7 +13,7 @@ from backend.errors import install_error_handlers
 from backend.logs import configure_logging
 from backend.metrics import release_process_metrics
 from backend.middleware import RequestMiddleware
-from backend.routers import chat, health, metrics, sessions, tasks
+from backend.routers import chat, dev, health, metrics, sessions, tasks, web
 from backend.routers import settings as user_settings
 from backend.settings import Settings, load_settings
 
@@ -72,4 +72,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # them directly spares every request FastAPI's lazy re-resolution of included
         # routers, and the OpenAPI document is the same.
         app.router.routes.extend(module.router.routes)
+    if settings.dev_sign_in:
+        app.router.routes.extend(dev.router.routes)
+    if settings.web_ui_enabled:
+        web.install(app, settings)
     return app

@@ -4,7 +4,7 @@ import secrets
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 # Values that ship in .env.example or docs; production refuses them.
@@ -72,6 +72,10 @@ class Settings(BaseSettings):
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     # Where worker processes share Prometheus samples; `serve` exports it to the workers.
     prometheus_multiproc_dir: Path | None = None
+    # The chat page at `/`; None: on in development, off in production.
+    web_ui: bool | None = None
+    # Not from the environment: set only when the secret is the one made in the data dir.
+    _own_dev_secret: bool = PrivateAttr(default=False)
 
     _split_lists = field_validator("jwt_algorithms", "cors_origins", "agent_models", mode="before")(
         _comma_list
@@ -98,6 +102,19 @@ class Settings(BaseSettings):
     def model_for(self, choice: str | None) -> str:
         """The model for a user's turns: their choice while the operator still allows it."""
         return choice if choice in self.allowed_models else self.agent_model_name
+
+    @property
+    def web_ui_enabled(self) -> bool:
+        return self.web_ui if self.web_ui is not None else not self.is_production
+
+    @property
+    def dev_sign_in(self) -> bool:
+        """Anyone may get a token for any name: only with the secret this dev server made."""
+        return self._own_dev_secret and not self.is_production
+
+    @property
+    def development_secret_path(self) -> Path:
+        return self.data_dir / "jwt_secret"
 
     @property
     def allowed_algorithms(self) -> frozenset[str]:
@@ -135,12 +152,14 @@ class Settings(BaseSettings):
         """In development with no JWT settings, use (creating once) a secret in the data dir."""
         if self.is_production or self.jwt_secret or self.jwt_jwks_url:
             return self
-        path = self.data_dir / "jwt_secret"
+        path = self.development_secret_path
         if not path.exists():
             self.data_dir.mkdir(parents=True, exist_ok=True)
             path.touch(mode=0o600)
             path.write_text(secrets.token_urlsafe(48))
-        return self.model_copy(update={"jwt_secret": SecretStr(path.read_text().strip())})
+        settings = self.model_copy(update={"jwt_secret": SecretStr(path.read_text().strip())})
+        settings._own_dev_secret = True
+        return settings
 
 
 def normalize_database_url(url: str) -> str:

@@ -1,0 +1,346 @@
+"""`todo-agent chat`: a terminal chat against a running service, through its public API only.
+
+    todo-agent chat [--url URL] [--user NAME] [--session ID] [--token T] [-m MESSAGE]
+
+A token comes from `--token` / `TODO_AGENT_TOKEN`, or is minted here when the service's
+secret is known on this machine (JWT_SECRET, or the development secret in the data dir),
+for the same user the web page's name sign-in gives. Reads lines from a terminal (with
+editing and history) or from a pipe.
+"""
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import httpx
+from jose import jwt
+from jose.exceptions import JOSEError
+from pydantic import SecretStr
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from backend.services.dev_sign_in import mint_dev_token
+from backend.settings import ConfigError, Settings
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+HELP = "/tasks  your tasks · /sessions  past chats · /open ID  continue one · /new · /quit"
+Event = Callable[[str, dict[str, Any]], None]
+
+
+class ChatError(Exception):
+    """Something the person should be told in plain words; the chat goes on."""
+
+
+@dataclass
+class Credentials:
+    token: str
+    user_id: str
+    name: str
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=DEFAULT_URL, help=f"the service (default {DEFAULT_URL})")
+    parser.add_argument("--user", help="your name, for a locally minted development token")
+    parser.add_argument("--session", help="continue this session id")
+    parser.add_argument(
+        "--token", default=os.environ.get("TODO_AGENT_TOKEN"), help="a bearer token to use"
+    )
+    parser.add_argument("-m", "--message", help="send one message, print the answer, exit")
+
+
+def credentials(args: argparse.Namespace) -> Credentials:
+    if args.token:
+        try:
+            claims = jwt.get_unverified_claims(args.token)
+        except JOSEError as error:
+            raise ConfigError("--token / TODO_AGENT_TOKEN is not a JWT.") from error
+        # Only read to know the user id for the path; the service verifies the token.
+        user_id = claims.get("sub")
+        if not isinstance(user_id, str) or not user_id:
+            raise ConfigError("--token / TODO_AGENT_TOKEN has no sub (user id).")
+        return Credentials(args.token, user_id, str(claims.get("name") or user_id))
+    settings = Settings()
+    secret = settings.jwt_secret
+    path = settings.development_secret_path
+    # The same rule as the service's: the data dir's secret when no JWT settings are made.
+    if secret is None and not settings.jwt_jwks_url and not settings.is_production:
+        secret = SecretStr(path.read_text().strip()) if path.exists() else None
+    if secret is None:
+        raise ConfigError(
+            "no token: pass --token or set TODO_AGENT_TOKEN (todo-agent token USER_ID), or run "
+            "where the service's JWT_SECRET or its data dir (TODO_AGENT_DATA_DIR) is."
+        )
+    name = args.user or os.environ.get("USER") or "me"
+    minted = mint_dev_token(settings=settings.model_copy(update={"jwt_secret": secret}), name=name)
+    return Credentials(minted.token, minted.user_id, minted.name)
+
+
+def local_timezone() -> str | None:
+    """The IANA name of this machine's timezone, when it can be told."""
+    candidates = [os.environ.get("TZ", "").lstrip(":")]
+    localtime = Path("/etc/localtime")
+    if localtime.is_symlink():
+        candidates.append(str(localtime.resolve()).partition("/zoneinfo/")[2])
+    for name in candidates:
+        try:
+            if name:
+                ZoneInfo(name)
+                return name
+        except (ZoneInfoNotFoundError, ValueError):
+            continue
+    return None
+
+
+def _problem(response: httpx.Response) -> ChatError:
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    wait = response.headers.get("Retry-After")
+    later = f" Try again in {wait} s." if wait else ""
+    message = {
+        401: "Your token is not valid or has expired; get a new one.",
+        403: "This token belongs to another user.",
+        409: "This chat is still busy with another message; wait for it, then send again.",
+        429: "You are sending messages too quickly." + later,
+        503: "The service is temporarily unavailable." + later,
+    }.get(response.status_code)
+    if message is None:
+        text = detail if isinstance(detail, str) else json.dumps(detail)
+        message = f"The service answered {response.status_code}: {text}"
+    return ChatError(message)
+
+
+def _events(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Server-sent events (event name, JSON data) from the lines of a response."""
+    event, data = "message", list[str]()
+    for line in lines:
+        if line == "":
+            if data:
+                yield event, json.loads("\n".join(data))
+            event, data = "message", list[str]()
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+
+
+class Service:
+    """The public API, as this user."""
+
+    def __init__(self, url: str, who: Credentials) -> None:
+        self.root = f"/api/{who.user_id}"
+        self.http = httpx.Client(
+            base_url=url.rstrip("/"),
+            headers={"Authorization": f"Bearer {who.token}"},
+            timeout=httpx.Timeout(10.0, read=120.0),
+        )
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self.http.request(method, self.root + path, **kwargs)
+        except httpx.TransportError as error:
+            raise ChatError(f"Cannot reach the service at {self.http.base_url}.") from error
+        if response.is_error:
+            raise _problem(response)
+        return None if response.status_code == 204 else response.json()
+
+    def chat(self, message: str, session_id: str | None, on_event: Event) -> dict[str, Any]:
+        body = {"message": message, "session_id": session_id, "timezone": local_timezone()}
+        try:
+            with self.http.stream("POST", f"{self.root}/chat/stream", json=body) as response:
+                if response.is_error:
+                    response.read()
+                    raise _problem(response)
+                for event, data in _events(response.iter_lines()):
+                    if event == "done":
+                        return data
+                    if event == "error":
+                        raise ChatError(str(data.get("detail")))
+                    on_event(event, data)
+        except httpx.ConnectError as error:
+            raise ChatError(f"Cannot reach the service at {self.http.base_url}.") from error
+        except httpx.TransportError as error:
+            raise ChatError(f"Lost the connection to {self.http.base_url}.") from error
+        raise ChatError("The answer ended early; the message is stored, see /sessions.")
+
+    def tasks(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._send("GET", "/tasks", params={"limit": 100})
+        return result
+
+    def sessions(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._send("GET", "/sessions", params={"limit": 20})
+        return result
+
+    def messages(self, session_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._send("GET", f"/sessions/{session_id}/messages")
+        return result
+
+
+def activity(call: dict[str, Any], result: dict[str, Any] | None) -> str:
+    """A tool call in a few words: "Added task 4: Buy milk"."""
+    outcome = (result or {}).get("result") or {}
+    todo = outcome.get("todo") or {}
+    done = {
+        "created": "Added",
+        "updated": "Updated",
+        "completed": "Completed",
+        "reopened": "Reopened",
+    }
+    status = outcome.get("status")
+    if status in done:
+        return f"{done[status]} task {todo.get('number')}: {todo.get('title')}"
+    if status == "deleted":
+        return f"Deleted task {outcome.get('number')}: {outcome.get('title')}"
+    if status == "error":
+        return f"{call.get('name')} failed: {outcome.get('error')}"
+    if "todos" in outcome:
+        return f"Listed {len(outcome['todos'])} of {outcome.get('total')} tasks"
+    return f"Used {call.get('name')}"
+
+
+class Chat:
+    """One person's conversation: what is sent, and what is shown where."""
+
+    def __init__(self, service: Service, session_id: str | None, out: Console, info: Console):
+        self.service = service
+        self.session_id = session_id
+        self.out = out  # the answers
+        self.info = info  # everything around them
+
+    def send(self, message: str) -> None:
+        calls: dict[str, dict[str, Any]] = {}
+        answering = False
+
+        def show(event: str, data: dict[str, Any]) -> None:
+            nonlocal answering
+            if event == "session":
+                self.session_id = data["session_id"]
+            elif event == "delta":
+                if not answering and self.out is self.info:  # a one-shot answer is bare
+                    self.out.print(Text("agent> ", style="bold"), end="")
+                answering = True
+                self.out.print(data["text"], end="", markup=False)
+                self.out.file.flush()
+            elif event == "tool_call":
+                calls[data["id"]] = data
+            elif event == "tool_result":
+                call = calls.get(data["tool_call_id"], {"name": data.get("name")})
+                self.info.print(Text(f"  ⚙ {activity(call, data)}", style="dim"))
+
+        answer = self.service.chat(message, self.session_id, show)
+        self.out.print(markup=False)
+        if answer["using_stub"]:
+            self.info.print(Text("  (answered by the rule-based stub, not a model)", style="dim"))
+
+    def show_tasks(self) -> None:
+        page = self.service.tasks()
+        if not page["data"]:
+            self.info.print("No tasks yet.")
+            return
+        table = Table("#", "task", "due", "priority", "done", title=f"your tasks ({page['count']})")
+        for task in page["data"]:
+            table.add_row(
+                str(task["number"]),
+                Text(task["title"]),
+                (task["due_at"] or "")[:16].replace("T", " "),
+                task["priority"],
+                "✓" if task["completed"] else "",
+            )
+        self.info.print(table)
+
+    def show_sessions(self) -> None:
+        page = self.service.sessions()
+        if not page["data"]:
+            self.info.print("No sessions yet.")
+            return
+        table = Table(title="sessions, most recent first")
+        table.add_column("id", no_wrap=True, min_width=36)  # whole: /open takes it
+        table.add_column("title")
+        table.add_column("last active")
+        for session in page["data"]:
+            current = " (current)" if session["id"] == self.session_id else ""
+            table.add_row(
+                session["id"], Text(session["title"] + current), session["updated_at"][:16]
+            )
+        self.info.print(table)
+
+    def open(self, session_id: str) -> None:
+        page = self.service.messages(session_id)
+        self.session_id = session_id
+        for message in page["data"]:
+            who = "you" if message["role"] == "user" else "agent"
+            self.info.print(Text.assemble((f"{who}> ", "bold"), message["content"] or ""))
+
+    def handle(self, line: str) -> bool:
+        """Act on one line; False when the person is done."""
+        command, _, rest = line.strip().partition(" ")
+        match command:
+            case "":
+                pass
+            case "/quit" | "/exit":
+                return False
+            case "/tasks":
+                self.show_tasks()
+            case "/sessions":
+                self.show_sessions()
+            case "/new":
+                self.session_id = None
+                self.info.print("New chat.")
+            case "/open" if rest.strip():
+                self.open(rest.strip())
+            case _ if command.startswith("/"):
+                self.info.print(HELP)
+            case _:
+                self.send(line.strip())
+        return True
+
+
+def _lines(interactive: bool) -> Iterator[str]:
+    if not interactive:
+        yield from (line.rstrip("\n") for line in sys.stdin)
+        return
+    from prompt_toolkit import PromptSession
+
+    prompt: PromptSession[str] = PromptSession()
+    while True:
+        try:
+            yield prompt.prompt("you> ")
+        except KeyboardInterrupt:
+            continue
+        except EOFError:
+            return
+
+
+def run(args: argparse.Namespace) -> None:
+    who = credentials(args)
+    service = Service(args.url, who)
+    # soft_wrap: lines are not broken at the console's width (a pipe's is a guess, 80).
+    one_shot = args.message is not None
+    out = Console(highlight=False, soft_wrap=True)
+    info = Console(stderr=True, highlight=False, soft_wrap=True) if one_shot else out
+    chat = Chat(service, args.session, out, info)
+    if one_shot:
+        try:
+            chat.send(args.message)
+        except ChatError as error:
+            info.print(Text(f"error: {error}", style="red"))
+            sys.exit(1)
+        return
+    interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    info.print(Text(f"todo-agent at {args.url} as {who.name} ({who.user_id}).  {HELP}"))
+    for line in _lines(interactive):
+        if not interactive and line.strip():
+            info.print(Text(f"you> {line}", style="bold"))
+        try:
+            if not chat.handle(line):
+                break
+        except ChatError as error:
+            info.print(Text(f"error: {error}", style="red"))

@@ -1,0 +1,156 @@
+// A small client of todo-agent's public API: what any frontend would call.
+
+/** An HTTP answer that is not a success, with what the person needs to know. */
+export class ApiError extends Error {
+  constructor(status, detail, retryAfter) {
+    super(typeof detail === "string" ? detail : `HTTP ${status}`);
+    this.status = status; // 0: the service could not be reached
+    this.detail = detail;
+    this.retryAfter = retryAfter; // seconds, from Retry-After (429, 503)
+  }
+}
+
+async function failure(response) {
+  let detail = null;
+  try {
+    detail = (await response.json()).detail;
+  } catch {
+    // not JSON: a proxy's error page, for instance
+  }
+  const retry = Number.parseInt(response.headers.get("Retry-After") ?? "", 10);
+  return new ApiError(response.status, detail, Number.isFinite(retry) ? retry : null);
+}
+
+async function send(url, init) {
+  let response;
+  try {
+    response = await fetch(url, init);
+  } catch (error) {
+    if (error.name === "AbortError") throw error;
+    throw new ApiError(0, null, null);
+  }
+  if (!response.ok) throw await failure(response);
+  return response;
+}
+
+/** The user id a token names (its `sub`); the server verifies it, this only reads it. */
+export function tokenSubject(token) {
+  const payload = token.split(".")[1];
+  if (!payload) throw new Error("not a JWT");
+  const json = atob(payload.replace(/-/g, "+").replace(/_/g, "/"));
+  const bytes = Uint8Array.from(json, (c) => c.charCodeAt(0));
+  const claims = JSON.parse(new TextDecoder().decode(bytes));
+  if (typeof claims.sub !== "string" || !claims.sub) throw new Error("the token has no sub");
+  return { userId: claims.sub, name: claims.name ?? claims.sub };
+}
+
+/** Development sign-in: a token for a name (404 where the server does not offer it). */
+export async function devToken(name, base = "") {
+  const response = await send(`${base}/dev/token`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ name }),
+  });
+  return response.json();
+}
+
+/** Server-sent events from a fetch response: calls onEvent(name, data) for each. */
+async function readEvents(response, onEvent) {
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value.replace(/\r\n/g, "\n");
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const frame = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      let event = "message";
+      const data = [];
+      for (const line of frame.split("\n")) {
+        if (line.startsWith(":")) continue; // keep-alive comment
+        if (line.startsWith("event:")) event = line.slice(6).trim();
+        else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+      }
+      if (data.length) onEvent(event, JSON.parse(data.join("\n")));
+    }
+  }
+}
+
+export class Api {
+  constructor({ token, userId, base = "" }) {
+    this.token = token;
+    this.root = `${base}/api/${encodeURIComponent(userId)}`;
+  }
+
+  request(path, { method = "GET", body, signal } = {}) {
+    const headers = { Authorization: `Bearer ${this.token}` };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    return send(`${this.root}${path}`, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal,
+    });
+  }
+
+  async json(path, options) {
+    const response = await this.request(path, options);
+    return response.status === 204 ? null : response.json();
+  }
+
+  /**
+   * One chat turn, streamed. Resolves with the `done` answer; rejects with ApiError
+   * (before the message was accepted, `accepted` is false: nothing was stored).
+   */
+  async chat({ message, sessionId, timezone }, onEvent, signal) {
+    const response = await this.request("/chat/stream", {
+      method: "POST",
+      body: { message, session_id: sessionId ?? null, timezone },
+      signal,
+    });
+    let answer = null;
+    let failed = null;
+    try {
+      await readEvents(response, (event, data) => {
+        if (event === "done") answer = data;
+        else if (event === "error") failed = new ApiError(500, data.detail, null);
+        else onEvent(event, data);
+      });
+    } catch (error) {
+      if (error.name === "AbortError") throw error;
+      failed = new ApiError(0, null, null);
+    }
+    if (failed) {
+      failed.accepted = true;
+      throw failed;
+    }
+    if (!answer) throw Object.assign(new ApiError(0, null, null), { accepted: true });
+    return answer;
+  }
+
+  tasks(status = "all") {
+    return this.json(`/tasks?status=${encodeURIComponent(status)}&limit=100`);
+  }
+  completeTask(id, completed) {
+    return this.json(`/tasks/${id}/complete`, { method: "PATCH", body: { completed } });
+  }
+  deleteTask(id) {
+    return this.json(`/tasks/${id}`, { method: "DELETE" });
+  }
+
+  sessions(cursor) {
+    const page = cursor ? `&cursor=${encodeURIComponent(cursor)}` : "";
+    return this.json(`/sessions?limit=20${page}`);
+  }
+  messages(sessionId) {
+    return this.json(`/sessions/${sessionId}/messages?limit=200`);
+  }
+  renameSession(sessionId, title) {
+    return this.json(`/sessions/${sessionId}`, { method: "PATCH", body: { title } });
+  }
+  deleteSession(sessionId) {
+    return this.json(`/sessions/${sessionId}`, { method: "DELETE" });
+  }
+}

@@ -1,0 +1,463 @@
+// The chat page. Everything it shows that came from a person or the model is set with
+// textContent, never parsed as HTML.
+import { Api, ApiError, devToken, tokenSubject } from "./api.js";
+
+const STORAGE_KEY = "todo-agent.session"; // sessionStorage: this tab only
+const $ = (selector) => document.querySelector(selector);
+
+const state = {
+  api: null,
+  user: null, // {userId, name}
+  owner: null, // whose conversation the page shows
+  sessionId: null,
+  sessionsCursor: null,
+  busy: false,
+  retryTimer: null,
+};
+
+function el(tag, { className, text, attrs } = {}, children = []) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  for (const [name, value] of Object.entries(attrs ?? {})) node.setAttribute(name, value);
+  node.append(...children);
+  return node;
+}
+
+const timezone = () => Intl.DateTimeFormat().resolvedOptions().timeZone;
+const dateTime = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "short" });
+const dateOnly = new Intl.DateTimeFormat(undefined, { dateStyle: "medium" });
+
+// ---------------------------------------------------------------- errors
+
+function describe(error) {
+  if (!(error instanceof ApiError)) return `Something went wrong: ${error.message}`;
+  const detail = typeof error.detail === "string" ? error.detail : null;
+  switch (error.status) {
+    case 0:
+      return "Cannot reach the service. Check your connection, then try again.";
+    case 401:
+      return "Your sign-in has expired or is not valid. Please sign in again.";
+    case 403:
+      return "This token belongs to another user.";
+    case 404:
+      return `${detail ?? "Not found."} It may have been deleted elsewhere.`;
+    case 409:
+      return "This chat is still busy with another message. Wait for it to answer, then send again.";
+    case 413:
+      return "That message is too large.";
+    case 422:
+      return detail ?? "The service could not accept that input.";
+    case 429:
+      return "You are sending messages too quickly.";
+    case 503:
+      return "The service is temporarily unavailable.";
+    default:
+      return detail ?? `The service answered with an error (${error.status}).`;
+  }
+}
+
+function showError(error) {
+  clearInterval(state.retryTimer);
+  const box = $("#error");
+  const message = describe(error);
+  box.hidden = false;
+  if (error instanceof ApiError && error.status === 401) {
+    box.textContent = message;
+    signOut(message);
+    return;
+  }
+  let wait = error instanceof ApiError ? error.retryAfter : null;
+  if (!wait) {
+    box.textContent = message;
+    return;
+  }
+  const tick = () => {
+    box.textContent = wait > 0 ? `${message} Try again in ${wait} s.` : `${message} You can try again now.`;
+    if (wait-- <= 0) clearInterval(state.retryTimer);
+  };
+  tick();
+  state.retryTimer = setInterval(tick, 1000);
+}
+
+function clearError() {
+  clearInterval(state.retryTimer);
+  $("#error").hidden = true;
+  $("#error").textContent = "";
+}
+
+// ---------------------------------------------------------------- sign-in
+
+function signOut(reason = "") {
+  sessionStorage.removeItem(STORAGE_KEY);
+  state.api = null;
+  state.user = null;
+  $("#app").hidden = true;
+  $(".who").hidden = true;
+  $(".views").hidden = true;
+  $("#sign-in").hidden = false;
+  $("#sign-in-reason").textContent = reason;
+  const devSignIn = document.documentElement.dataset.devSignIn === "on";
+  $("#name-form").hidden = !devSignIn;
+  (devSignIn ? $("#name-input") : $("#token-input")).focus();
+}
+
+function signIn({ token, userId, name }) {
+  sessionStorage.setItem(STORAGE_KEY, JSON.stringify({ token, userId, name }));
+  state.api = new Api({ token, userId });
+  state.user = { userId, name };
+  $("#sign-in").hidden = true;
+  $("#app").hidden = false;
+  $(".who").hidden = false;
+  $(".views").hidden = false;
+  $("#who-name").textContent = name;
+  $("#sign-out").title = `Signed in as ${name}`;
+  // Signed in again after an expired token: the same person goes on where they were.
+  if (state.owner !== userId) newChat();
+  state.owner = userId;
+  refreshTasks();
+  refreshSessions();
+  $("#message").focus();
+}
+
+async function onNameSubmit(event) {
+  event.preventDefault();
+  try {
+    const minted = await devToken($("#name-input").value);
+    signIn({ token: minted.token, userId: minted.user_id, name: minted.name });
+  } catch (error) {
+    $("#sign-in-reason").textContent =
+      error instanceof ApiError && error.status === 404
+        ? "Sign-in by name is not offered by this server; use a bearer token."
+        : describe(error);
+  }
+}
+
+function onTokenSubmit(event) {
+  event.preventDefault();
+  const token = $("#token-input").value.trim();
+  try {
+    signIn({ token, ...tokenSubject(token) });
+    $("#token-input").value = "";
+  } catch {
+    $("#sign-in-reason").textContent = "That is not a JWT (three base64url parts with a sub).";
+  }
+}
+
+// ---------------------------------------------------------------- chat log
+
+function activityText(call, result) {
+  const r = result?.result ?? {};
+  const todo = r.todo;
+  const label = todo ? `task ${todo.number}: ${todo.title}` : "";
+  switch (r.status) {
+    case "created":
+      return `Added ${label}`;
+    case "updated":
+      return `Updated ${label}`;
+    case "completed":
+      return `Completed ${label}`;
+    case "reopened":
+      return `Reopened ${label}`;
+    case "deleted":
+      return `Deleted task ${r.number ?? ""}: ${r.title ?? ""}`;
+    case "error":
+      return `${call.name} failed: ${r.error}`;
+  }
+  if (Array.isArray(r.todos)) return `Listed ${r.todos.length} of ${r.total} tasks`;
+  if (call.name === "get_user_context" && result) return "Checked your task counts and local time";
+  if (!result) return `${call.name}…`;
+  return `Used ${call.name}`;
+}
+
+function clearLog() {
+  $("#log").replaceChildren();
+}
+
+function addMessage(role, text = "") {
+  $("#log").querySelector(".empty")?.remove();
+  const body = el("div", { className: "text", text });
+  const activity = el("ul", { className: "activity", attrs: { "aria-label": "Tool activity" } });
+  const who = el("span", { className: "who-said", text: role === "user" ? "You" : "Agent" });
+  const message = el("article", { className: `message ${role}` }, [who, activity, body]);
+  $("#log").append(message);
+  message.scrollIntoView({ block: "end" });
+  return message;
+}
+
+function markStub(message) {
+  const badge = el("span", {
+    className: "badge stub",
+    text: "stub",
+    attrs: { title: "Answered by the rule-based stub responder, not a model" },
+  });
+  message.querySelector(".who-said").after(badge);
+}
+
+function showActivity(message, call, result) {
+  const list = message.querySelector(".activity");
+  let item = list.querySelector(`[data-call="${CSS.escape(call.id)}"]`);
+  if (!item) {
+    item = el("li", { attrs: { "data-call": call.id } });
+    list.append(item);
+  }
+  item.textContent = activityText(call, result);
+  item.classList.toggle("failed", result?.result?.status === "error");
+}
+
+function showHistoryMessage(stored) {
+  const message = addMessage(stored.role, stored.content ?? "");
+  if (stored.using_stub) markStub(message);
+  const results = new Map((stored.tool_results ?? []).map((r) => [r.tool_call_id, r]));
+  for (const call of stored.tool_calls ?? []) showActivity(message, call, results.get(call.id));
+}
+
+function newChat() {
+  state.sessionId = null;
+  clearLog();
+  $("#log").append(el("p", { className: "empty", text: "New chat. Ask me to add, list, complete or delete tasks." }));
+  markActiveSession();
+}
+
+async function openSession(sessionId) {
+  try {
+    const page = await state.api.messages(sessionId);
+    state.sessionId = sessionId;
+    clearLog();
+    page.data.forEach(showHistoryMessage);
+    markActiveSession();
+    showView("chat");
+  } catch (error) {
+    showError(error);
+  }
+}
+
+async function onSend(event) {
+  event?.preventDefault();
+  const box = $("#message");
+  const text = box.value;
+  if (!text.trim() || state.busy) return;
+  clearError();
+  state.busy = true;
+  $("#send").disabled = true;
+  let answer = null;
+  const calls = new Map();
+  try {
+    const done = await state.api.chat(
+      { message: text, sessionId: state.sessionId, timezone: timezone() },
+      (name, data) => {
+        if (name === "session") {
+          // Accepted and stored: only now does the text leave the box.
+          state.sessionId = data.session_id;
+          addMessage("user", text);
+          box.value = "";
+          answer = addMessage("assistant");
+          answer.classList.add("streaming");
+        } else if (name === "delta") {
+          answer.querySelector(".text").append(data.text);
+          answer.scrollIntoView({ block: "end" });
+        } else if (name === "tool_call") {
+          calls.set(data.id, data);
+          showActivity(answer, data, null);
+        } else if (name === "tool_result") {
+          showActivity(answer, calls.get(data.tool_call_id) ?? { id: data.tool_call_id, name: data.name }, data);
+          refreshTasks();
+        }
+      },
+    );
+    answer ??= addMessage("assistant");
+    answer.querySelector(".text").textContent = done.response;
+    if (done.using_stub) markStub(answer);
+    refreshSessions();
+    if (done.tool_calls.length) refreshTasks();
+  } catch (error) {
+    if (error.accepted) refreshSessions();
+    if (error instanceof ApiError && error.status === 404 && !error.accepted) {
+      newChat(); // the session was deleted elsewhere; sending again starts a new one
+    }
+    showError(error);
+  } finally {
+    answer?.classList.remove("streaming");
+    state.busy = false;
+    $("#send").disabled = false;
+    box.focus();
+  }
+}
+
+function onComposerKey(event) {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    onSend();
+  }
+}
+
+// ---------------------------------------------------------------- tasks
+
+function dueLabel(task) {
+  if (!task.due_at) return null;
+  const due = new Date(task.due_at);
+  // A due date without a time of day is stored as the end of that day: show it as a date.
+  const endOfDay = due.getHours() === 23 && due.getMinutes() === 59;
+  return (endOfDay ? dateOnly : dateTime).format(due);
+}
+
+function taskItem(task) {
+  const overdue = !task.completed && task.due_at && new Date(task.due_at) < new Date();
+  const check = el("input", {
+    attrs: { type: "checkbox", "aria-label": `${task.completed ? "Reopen" : "Complete"} task ${task.number}: ${task.title}` },
+  });
+  check.checked = task.completed;
+  check.addEventListener("change", () => changeTask(() => state.api.completeTask(task.id, check.checked)));
+  const remove = el("button", {
+    className: "icon delete",
+    text: "✕",
+    attrs: { type: "button", "aria-label": `Delete task ${task.number}: ${task.title}`, title: "Delete" },
+  });
+  remove.addEventListener("click", () => changeTask(() => state.api.deleteTask(task.id)));
+  const meta = el("div", { className: "meta" });
+  if (task.priority !== "medium") meta.append(el("span", { className: `badge priority ${task.priority}`, text: task.priority }));
+  const due = dueLabel(task);
+  if (due) meta.append(el("span", { className: "due", text: `${overdue ? "Overdue · " : "Due "}${due}` }));
+  for (const tag of task.tags ?? []) meta.append(el("span", { className: "tag", text: `#${tag}` }));
+  const title = el("span", { className: "title", text: task.title });
+  const number = el("span", { className: "number", text: `${task.number}` });
+  const item = el("li", { className: "task" }, [check, el("div", { className: "body" }, [el("div", {}, [number, title]), meta]), remove]);
+  item.classList.toggle("done", task.completed);
+  item.classList.toggle("overdue", Boolean(overdue));
+  return item;
+}
+
+let tasksRequest = 0;
+async function refreshTasks() {
+  if (!state.api) return;
+  const ticket = ++tasksRequest; // only the latest answer is drawn
+  try {
+    const page = await state.api.tasks($("#task-filter").value);
+    if (ticket !== tasksRequest) return;
+    const list = $("#task-list");
+    list.replaceChildren(...page.data.map(taskItem));
+    if (!page.data.length) list.append(el("li", { className: "empty", text: "No tasks here yet." }));
+    $("#task-count").textContent = `(${page.count})`;
+  } catch (error) {
+    showError(error);
+  }
+}
+
+async function changeTask(change) {
+  try {
+    await change();
+  } catch (error) {
+    showError(error);
+  }
+  refreshTasks();
+}
+
+// ---------------------------------------------------------------- sessions
+
+function markActiveSession() {
+  for (const item of document.querySelectorAll("#session-list > li")) {
+    const active = item.dataset.id === state.sessionId;
+    item.classList.toggle("active", active);
+    item.querySelector(".open")?.setAttribute("aria-current", active ? "true" : "false");
+  }
+}
+
+function sessionItem(session) {
+  const item = el("li", { attrs: { "data-id": session.id } });
+  const open = el("button", { className: "open", attrs: { type: "button", "aria-label": `Open session: ${session.title}` } }, [
+    el("span", { className: "title", text: session.title || "Untitled" }),
+    el("time", { text: dateTime.format(new Date(session.updated_at)), attrs: { datetime: session.updated_at } }),
+  ]);
+  open.addEventListener("click", () => openSession(session.id));
+  const rename = el("button", {
+    className: "icon",
+    text: "✎",
+    attrs: { type: "button", "aria-label": `Rename session: ${session.title}`, title: "Rename" },
+  });
+  rename.addEventListener("click", () => startRename(item, session));
+  const remove = el("button", {
+    className: "icon delete",
+    text: "✕",
+    attrs: { type: "button", "aria-label": `Delete session: ${session.title}`, title: "Delete" },
+  });
+  remove.addEventListener("click", async () => {
+    if (!confirm(`Delete the session “${session.title}” and its messages?`)) return;
+    try {
+      await state.api.deleteSession(session.id);
+      if (state.sessionId === session.id) newChat();
+    } catch (error) {
+      showError(error);
+    }
+    refreshSessions();
+  });
+  item.append(open, rename, remove);
+  return item;
+}
+
+function startRename(item, session) {
+  const input = el("input", { attrs: { "aria-label": "New session title", maxlength: "200" } });
+  input.value = session.title;
+  const form = el("form", { className: "rename" }, [input, el("button", { text: "Save", attrs: { type: "submit" } })]);
+  const done = () => refreshSessions();
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    try {
+      await state.api.renameSession(session.id, input.value);
+    } catch (error) {
+      showError(error);
+    }
+    done();
+  });
+  input.addEventListener("keydown", (event) => event.key === "Escape" && done());
+  item.replaceChildren(form);
+  input.focus();
+  input.select();
+}
+
+async function refreshSessions(more = false) {
+  if (!state.api) return;
+  try {
+    const page = await state.api.sessions(more ? state.sessionsCursor : null);
+    const items = page.data.map(sessionItem);
+    if (more) $("#session-list").append(...items);
+    else $("#session-list").replaceChildren(...items);
+    state.sessionsCursor = page.next_cursor;
+    $("#more-sessions").hidden = !page.next_cursor;
+    markActiveSession();
+  } catch (error) {
+    showError(error);
+  }
+}
+
+// ---------------------------------------------------------------- layout
+
+function showView(view) {
+  document.body.dataset.view = view;
+  for (const button of document.querySelectorAll("[data-show]")) {
+    button.setAttribute("aria-pressed", String(button.dataset.show === view));
+  }
+}
+
+function start() {
+  $("#name-form").addEventListener("submit", onNameSubmit);
+  $("#token-form").addEventListener("submit", onTokenSubmit);
+  $("#sign-out").addEventListener("click", () => signOut());
+  $("#composer").addEventListener("submit", onSend);
+  $("#message").addEventListener("keydown", onComposerKey);
+  $("#new-chat").addEventListener("click", () => {
+    newChat();
+    showView("chat");
+    $("#message").focus();
+  });
+  $("#more-sessions").addEventListener("click", () => refreshSessions(true));
+  $("#task-filter").addEventListener("change", refreshTasks);
+  for (const button of document.querySelectorAll("[data-show]")) {
+    button.addEventListener("click", () => showView(button.dataset.show));
+  }
+  showView("chat");
+  const saved = JSON.parse(sessionStorage.getItem(STORAGE_KEY) ?? "null");
+  if (saved) signIn(saved);
+  else signOut();
+}
+
+start();

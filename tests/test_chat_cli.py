@@ -1,0 +1,164 @@
+"""`todo-agent chat` as a person or a script uses it: a subprocess against a real server."""
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from backend.services.dev_sign_in import dev_user_id
+from tests.conftest import TEST_SECRET, auth, server_env, token_for
+from tests.fake_openai import FakeOpenAI, call, reply, tool_calls
+from tests.servers import TODO_AGENT, ServerProcess
+
+
+@pytest.fixture(scope="module")
+def server(
+    database_url: str,
+    fake_openai_server: FakeOpenAI,
+    engine: object,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ServerProcess]:
+    env = server_env(database_url, fake_openai_server, OPENAI_MAX_RETRIES="0")
+    with ServerProcess(env, log=tmp_path_factory.mktemp("chat-cli") / "serve.log") as process:
+        yield process
+
+
+@pytest.fixture
+def name() -> str:
+    """A new person per test: the server outlives the tables between tests."""
+    return f"Chat Tester {uuid.uuid4().hex[:8]}"
+
+
+def chat(
+    server: ServerProcess, *args: str, stdin: str = "", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`todo-agent chat --url ...` in an empty directory, with only the environment given."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("JWT_", "TODO_AGENT_"))}
+    workdir = Path(os.environ.get("TMPDIR", "/tmp"))
+    return subprocess.run(
+        [TODO_AGENT, "chat", "--url", server.url, *args],
+        input=stdin,
+        env={
+            **clean,
+            "TODO_AGENT_DATA_DIR": str(workdir / "nowhere"),
+            "COLUMNS": "160",  # tables as wide as a real terminal's, not a pipe's 80
+            **(env or {}),
+        },
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_one_message_prints_the_streamed_answer_and_exits(
+    server: ServerProcess, model: FakeOpenAI, name: str
+) -> None:
+    model.script(
+        tool_calls(call("add_todo", {"title": "Buy milk"})),
+        reply("Added task 1: Buy milk.", chunks=["Added task 1:", " Buy milk."]),
+    )
+    done = chat(server, "--user", name, "-m", "add milk", env={"JWT_SECRET": TEST_SECRET})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "Added task 1: Buy milk.\n"  # the answer alone: fit for scripts
+    assert "Added task 1: Buy milk" in done.stderr  # the tool activity, beside it
+    user = dev_user_id(name)
+    tasks = httpx.get(f"{server.url}/api/{user}/tasks", headers=auth(user)).json()
+    assert [task["title"] for task in tasks["data"]] == ["Buy milk"]
+    sent = model.requests[0].body
+    assert sent["stream"] is True
+
+
+def test_a_scripted_session_uses_the_commands(
+    server: ServerProcess, model: FakeOpenAI, name: str
+) -> None:
+    model.script(
+        tool_calls(call("add_todo", {"title": "Water <b>plants</b>", "priority": "high"})),
+        reply("Added task 1."),
+        reply("Second session."),
+    )
+    token = token_for(dev_user_id(name), name=name)
+    lines = [
+        "add plants",
+        "/tasks",
+        "/new",
+        "hello again",
+        "/sessions",
+        "/nonsense",
+        "/quit",
+        "never sent",
+    ]
+    done = chat(server, stdin="\n".join(lines) + "\n", env={"TODO_AGENT_TOKEN": token})
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert f"as {name} ({dev_user_id(name)})" in out
+    assert "⚙ Added task 1: Water <b>plants</b>" in out
+    assert "agent> Added task 1." in out
+    assert "Water <b>plants</b>" in out.split("you> /tasks", 1)[1]  # the table
+    assert "high" in out
+    assert "New chat." in out
+    assert "agent> Second session." in out
+    sessions = out.split("you> /sessions", 1)[1]
+    assert "hello again (current)" in sessions
+    assert "add plants" in sessions
+    assert "/open ID" in out.split("you> /nonsense", 1)[1]  # help for what it does not know
+    assert "never sent" not in out
+    assert len(model.requests) == 3
+
+
+def test_the_development_secret_in_the_data_dir_signs_in(
+    server: ServerProcess, model: FakeOpenAI, name: str, tmp_path: Path
+) -> None:
+    # As `make run` leaves it: the secret the server made, under the data dir.
+    (tmp_path / "jwt_secret").write_text(TEST_SECRET)
+    model.script(reply("Hello."))
+    done = chat(server, "--user", name, "-m", "hi", env={"TODO_AGENT_DATA_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "Hello.\n"
+
+
+def test_without_a_token_or_secret_it_says_what_to_do(server: ServerProcess) -> None:
+    done = chat(server, "-m", "hi")
+    assert done.returncode == 2
+    assert "TODO_AGENT_TOKEN" in done.stderr
+
+
+def test_errors_are_told_in_plain_words(server: ServerProcess, name: str) -> None:
+    expired = token_for(dev_user_id(name), ttl_s=-3600)
+    done = chat(server, "-m", "hi", "--token", expired)
+    assert done.returncode == 1
+    assert "not valid or has expired" in done.stderr
+    assert done.stdout == ""
+    unreachable = chat(server, "-m", "hi", "--url", "http://127.0.0.1:9", "--token", expired)
+    assert unreachable.returncode == 1
+    assert "Cannot reach the service at http://127.0.0.1:9" in unreachable.stderr
+
+
+def test_a_past_session_goes_on_with_session_or_open(
+    server: ServerProcess, model: FakeOpenAI, name: str
+) -> None:
+    user = dev_user_id(name)
+    model.script(reply("First answer."), reply("Second answer."), reply("Third answer."))
+    first = httpx.post(
+        f"{server.url}/api/{user}/chat", json={"message": "First question"}, headers=auth(user)
+    ).json()
+    session = first["session_id"]
+    env = {"JWT_SECRET": TEST_SECRET}
+    done = chat(server, "--user", name, "--session", session, "-m", "Second question", env=env)
+    assert done.stdout == "Second answer.\n", done.stderr
+    repl = chat(server, "--user", name, stdin=f"/open {session}\nThird question\n", env=env)
+    assert "you> First question" in repl.stdout  # the history, as it was
+    assert "agent> Second answer." in repl.stdout
+    assert "agent> Third answer." in repl.stdout
+    messages = httpx.get(
+        f"{server.url}/api/{user}/sessions/{session}/messages", headers=auth(user)
+    ).json()["data"]
+    assert [m["content"] for m in messages if m["role"] == "user"] == [
+        "First question",
+        "Second question",
+        "Third question",
+    ]

@@ -1,0 +1,426 @@
+"""The chat page in a real browser (Chromium) against a real `todo-agent serve` and the
+scripted model: what a person sees and does. Screenshots go to tests/artifacts/web/."""
+
+import http.server
+import json
+import re
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.async_api import Browser, Dialog, Page, Request, expect
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from backend.auth import create_token
+from backend.models.session import AgentSession
+from tests.browser import ARTIFACTS, chromium
+from tests.conftest import server_env
+from tests.fake_openai import FakeOpenAI, call, error, reply, tool_calls
+from tests.servers import ServerProcess, free_port
+
+RATE_LIMIT = 6
+SHOTS = ARTIFACTS / "web"
+
+
+@contextmanager
+def _origin(port: int) -> Iterator[str]:
+    """Another web origin on loopback: an empty page that a test runs fetch() from."""
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<!doctype html><title>another origin</title>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def origins() -> Iterator[tuple[str, str]]:
+    """(an origin in CORS_ORIGINS, one that is not)."""
+    with _origin(free_port()) as allowed, _origin(free_port()) as other:
+        yield allowed, other
+
+
+@pytest.fixture(scope="module")
+def server(
+    database_url: str,
+    fake_openai_server: FakeOpenAI,
+    engine: object,
+    origins: tuple[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ServerProcess]:
+    """Development defaults: no JWT settings, so the server makes its own secret and the
+    page signs in by name."""
+    data = tmp_path_factory.mktemp("web")
+    env = server_env(
+        database_url,
+        fake_openai_server,
+        TODO_AGENT_DATA_DIR=str(data / "data"),
+        OPENAI_TIMEOUT_S="2",
+        OPENAI_MAX_RETRIES="0",
+        CHAT_RATE_LIMIT_PER_MINUTE=str(RATE_LIMIT),
+        CORS_ORIGINS=origins[0],
+    )
+    del env["JWT_SECRET"]
+    with ServerProcess(env, log=data / "serve.log") as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+async def browser(server: ServerProcess) -> AsyncIterator[Browser]:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    async with chromium() as browser:
+        yield browser
+
+
+class Person:
+    """Someone at the page: signed in by name, with the API at hand to arrange things."""
+
+    def __init__(self, page: Page, server: ServerProcess, name: str) -> None:
+        self.page = page
+        self.server = server
+        self.name = name
+        self.user_id = ""
+        self.token = ""
+
+    async def sign_in(self) -> None:
+        await self.page.goto(self.server.url)
+        await self.page.get_by_label("Your name").fill(self.name)
+        await self.page.get_by_role("button", name="Sign in").click()
+        await expect(self.page.locator("#who-name")).to_have_text(self.name)
+        saved = await self.page.evaluate("sessionStorage.getItem('todo-agent.session')")
+        self.token, self.user_id = json.loads(saved)["token"], json.loads(saved)["userId"]
+
+    async def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        async with httpx.AsyncClient(base_url=self.server.url, timeout=30) as client:
+            return await client.request(
+                method,
+                f"/api/{self.user_id}{path}",
+                headers={"Authorization": f"Bearer {self.token}"},
+                **kwargs,
+            )
+
+    async def send(self, text: str) -> None:
+        await self.page.get_by_label("Message").fill(text)
+        await self.page.get_by_label("Message").press("Enter")
+
+    async def shot(self, name: str) -> None:
+        await self.page.screenshot(path=SHOTS / f"{name}.png")
+
+
+@pytest.fixture
+async def person(
+    browser: Browser, server: ServerProcess, model: FakeOpenAI
+) -> AsyncIterator[Person]:
+    """A new person per test (the server outlives the tables between tests), in a
+    Berlin-time browser."""
+    context = await browser.new_context(
+        viewport={"width": 1280, "height": 800}, timezone_id="Europe/Berlin"
+    )
+    page = await context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    someone = Person(page, server, f"Tester {uuid.uuid4().hex[:8]}")
+    await someone.sign_in()
+    yield someone
+    await context.close()
+    assert errors == [], errors  # no script error on the page
+
+
+async def test_the_answer_streams_in_and_a_tool_call_fills_the_task_list(
+    person: Person, model: FakeOpenAI
+) -> None:
+    yesterday = (datetime.now(UTC) - timedelta(days=1)).date().isoformat()
+    model.script(
+        tool_calls(
+            call("add_todo", {"title": "Buy milk", "due_at": yesterday, "priority": "high"})
+        ),
+        reply(
+            "Added task 1: Buy milk.",
+            chunks=["Added", " task 1:", " Buy milk."],
+            chunk_interval_s=0.3,
+        ),
+    )
+    sent: list[Request] = []
+    person.page.on("request", lambda r: sent.append(r) if r.url.endswith("/chat/stream") else None)
+    await person.send("Add a task to buy milk")
+
+    answer = person.page.locator(".message.assistant").last
+    # Seen part-way: the first words while the rest is still being written.
+    await person.page.wait_for_function(
+        """() => [...document.querySelectorAll('.message.assistant.streaming .text')]
+                 .some((node) => node.textContent === 'Added')"""
+    )
+    await expect(answer.locator(".text")).to_have_text("Added task 1: Buy milk.")
+    await expect(answer).not_to_have_class(re.compile(r"\bstreaming\b"))
+    await expect(answer.locator(".activity")).to_have_text("Added task 1: Buy milk")
+    await expect(answer.locator(".badge.stub")).to_have_count(0)
+    await expect(person.page.get_by_label("Message")).to_have_value("")
+
+    task = person.page.locator("#task-list .task")
+    await expect(task).to_have_count(1)
+    await expect(task.locator(".title")).to_have_text("Buy milk")
+    await expect(task.locator(".badge.priority")).to_have_text("high")
+    await expect(task).to_have_class(re.compile(r"\boverdue\b"))
+    await expect(task.locator(".due")).to_contain_text("Overdue")
+    await expect(person.page.locator("#session-list .title")).to_have_text("Add a task to buy milk")
+    await person.shot("chat-with-tool-call")
+
+    body = json.loads(sent[0].post_data or "{}")
+    assert body["timezone"] == "Europe/Berlin"
+    assert body["session_id"] is None
+
+
+async def test_stub_answers_are_marked(person: Person, model: FakeOpenAI) -> None:
+    model.default = error(500)  # the model fails: the stub answers, and says so
+    await person.send("Add a task to water the plants")
+    answer = person.page.locator(".message.assistant").last
+    await expect(answer.locator(".badge.stub")).to_be_visible()
+    await expect(person.page.locator("#task-list .task .title")).to_have_text("Water the plants")
+
+
+async def test_tasks_complete_reopen_and_delete_by_click(person: Person) -> None:
+    for title in ("Call mom", "Pay bills"):
+        assert (await person.api("POST", "/tasks", json={"title": title})).status_code == 201
+    await person.page.reload()
+    tasks = person.page.locator("#task-list .task")
+    await expect(tasks).to_have_count(2)
+
+    await person.page.get_by_label("Complete task 1: Call mom").check()
+    await expect(tasks.first).to_have_class(re.compile(r"\bdone\b"))
+    assert (await person.api("GET", "/tasks/1")).json()["completed"] is True
+    await person.shot("task-completed")
+
+    await person.page.get_by_label("Reopen task 1: Call mom").uncheck()
+    await expect(tasks.first).not_to_have_class(re.compile(r"\bdone\b"))
+    assert (await person.api("GET", "/tasks/1")).json()["completed"] is False
+
+    await person.page.get_by_role("button", name="Delete task 2: Pay bills").click()
+    await expect(tasks).to_have_count(1)
+    assert (await person.api("GET", "/tasks/2")).status_code == 404
+
+
+async def test_a_past_session_reopens_with_its_history_and_can_be_renamed_and_deleted(
+    person: Person, model: FakeOpenAI
+) -> None:
+    model.script(reply("Noted the first thing."), reply("Noted the second thing."))
+    first = (await person.api("POST", "/chat", json={"message": "The first thing"})).json()
+    await person.api("POST", "/chat", json={"message": "The second thing"})
+    await person.page.reload()
+    sessions = person.page.locator("#session-list > li")
+    await expect(sessions).to_have_count(2)
+    await expect(sessions.first.locator(".title")).to_have_text("The second thing")
+
+    await person.page.get_by_role("button", name="Open session: The first thing").click()
+    log = person.page.locator("#log")
+    await expect(log.locator(".message.user .text")).to_have_text(["The first thing"])
+    await expect(log.locator(".message.assistant .text")).to_have_text(["Noted the first thing."])
+    await expect(sessions.nth(1)).to_have_class(re.compile(r"\bactive\b"))
+    await person.shot("past-session")
+
+    await person.page.get_by_role("button", name="Rename session: The first thing").click()
+    await person.page.get_by_label("New session title").fill("Renamed <b>plan</b>")
+    await person.page.get_by_label("New session title").press("Enter")
+    await expect(sessions.nth(1).locator(".title")).to_have_text("Renamed <b>plan</b>")
+    stored = await person.api("GET", f"/sessions/{first['session_id']}")
+    assert stored.json()["title"] == "Renamed <b>plan</b>"
+
+    person.page.once("dialog", lambda dialog: dialog.accept())
+    await person.page.get_by_role("button", name="Delete session: Renamed <b>plan</b>").click()
+    await expect(sessions).to_have_count(1)
+    await expect(log.locator(".message")).to_have_count(0)  # the open session went with it
+    assert (await person.api("GET", f"/sessions/{first['session_id']}")).status_code == 404
+
+
+async def test_sessions_come_a_page_at_a_time(person: Person, engine: AsyncEngine) -> None:
+    start = datetime.now(UTC) - timedelta(days=1)
+    async with AsyncSession(engine) as db, db.begin():
+        db.add_all(
+            AgentSession(
+                user_id=person.user_id,
+                title=f"Chat {n:02d}",
+                created_at=start + timedelta(minutes=n),
+                updated_at=start + timedelta(minutes=n),
+            )
+            for n in range(22)
+        )
+    await person.page.reload()
+    titles = person.page.locator("#session-list .title")
+    await expect(titles).to_have_count(20)
+    await expect(titles.first).to_have_text("Chat 21")  # most recent first
+    await person.page.get_by_role("button", name="Load more").click()
+    await expect(titles).to_have_count(22)
+    await expect(titles.last).to_have_text("Chat 00")
+    await expect(person.page.get_by_role("button", name="Load more")).to_be_hidden()
+
+
+async def test_a_title_that_looks_like_html_is_shown_as_text(
+    person: Person, model: FakeOpenAI
+) -> None:
+    xss = "<img src=x onerror=alert(1)>"
+    dialogs: list[Dialog] = []
+    person.page.on("dialog", lambda dialog: dialogs.append(dialog))
+    model.script(tool_calls(call("add_todo", {"title": xss})), reply(f"Added task 1: {xss}"))
+    await person.send(f"Add {xss}")
+    answer = person.page.locator(".message.assistant").last
+    await expect(answer.locator(".text")).to_have_text(f"Added task 1: {xss}")
+    await expect(person.page.locator("#task-list .task .title")).to_have_text(xss)
+    await expect(person.page.locator(".message.user .text")).to_have_text(f"Add {xss}")
+    await expect(person.page.locator("#session-list .title")).to_have_text(f"Add {xss}")
+    assert await person.page.locator("main img").count() == 0
+    assert dialogs == []
+    await person.shot("html-as-text")
+
+
+async def test_too_many_messages_show_the_wait_and_keep_the_text(
+    person: Person, model: FakeOpenAI
+) -> None:
+    for n in range(RATE_LIMIT):
+        sent = await person.api("POST", "/chat", json={"message": f"message {n}"})
+        assert sent.status_code == 200, sent.text
+    await person.send("One more, please")
+    error = person.page.get_by_role("alert")
+    await expect(error).to_contain_text("You are sending messages too quickly.")
+    await expect(error).to_contain_text(" s.")  # "Try again in 42 s."
+    await expect(person.page.get_by_label("Message")).to_have_value("One more, please")
+    await person.shot("rate-limited")
+
+
+async def test_a_network_failure_says_so_and_keeps_the_text(person: Person) -> None:
+    await person.page.context.set_offline(True)
+    await person.send("Add a task while offline")
+    error = person.page.get_by_role("alert")
+    await expect(error).to_have_text(
+        "Cannot reach the service. Check your connection, then try again."
+    )
+    await expect(person.page.get_by_label("Message")).to_have_value("Add a task while offline")
+    await person.page.context.set_offline(False)
+    await person.page.get_by_role("button", name="Send").click()
+    await expect(error).to_be_hidden()
+    await expect(person.page.get_by_label("Message")).to_have_value("")
+
+
+async def test_the_page_is_usable_on_a_phone(person: Person, model: FakeOpenAI) -> None:
+    page = person.page
+    await page.set_viewport_size({"width": 390, "height": 844})
+    model.script(tool_calls(call("add_todo", {"title": "Buy bread"})), reply("Added task 1."))
+    await page.get_by_label("Message").fill("Add bread\nplease")  # Shift+Enter would do this
+    await page.get_by_role("button", name="Send").click()
+    await expect(page.locator(".message.assistant .text")).to_have_text("Added task 1.")
+    await expect(page.locator(".message.user .text")).to_have_text("Add bread\nplease")
+    await expect(page.get_by_role("button", name="Send")).to_be_in_viewport()
+    await expect(page.get_by_label("Message")).to_be_in_viewport()
+    await person.shot("phone-chat")
+    assert await page.evaluate("document.documentElement.scrollWidth") <= 390
+
+    await page.get_by_role("button", name="Tasks", exact=True).click()
+    await expect(page.locator("#chat")).to_be_hidden()
+    await expect(page.get_by_label("Complete task 1: Buy bread")).to_be_visible()
+    await person.shot("phone-tasks")
+    await page.get_by_role("button", name="Sessions", exact=True).click()
+    await expect(page.get_by_role("button", name="New chat")).to_be_visible()
+    assert await page.evaluate("document.documentElement.scrollWidth") <= 390
+
+
+async def test_shift_enter_makes_a_new_line_and_enter_sends(
+    person: Person, model: FakeOpenAI
+) -> None:
+    box = person.page.get_by_label("Message")
+    await box.type("first line")
+    await box.press("Shift+Enter")
+    await box.type("second line")
+    await expect(box).to_have_value("first line\nsecond line")
+    await box.press("Enter")
+    await expect(person.page.locator(".message.user .text")).to_have_text("first line\nsecond line")
+
+
+async def test_cors_lets_only_the_configured_origin_call_the_api(
+    browser: Browser, server: ServerProcess, origins: tuple[str, str]
+) -> None:
+    minted = httpx.post(f"{server.url}/dev/token", json={"name": "Cors Tester"}).json()
+    context = await browser.new_context()
+    page = await context.new_page()
+    script = """async ([url, token]) => {
+        try {
+            const response = await fetch(url, {headers: {Authorization: `Bearer ${token}`}});
+            return {status: response.status, body: await response.json()};
+        } catch (error) {
+            return {blocked: String(error)};
+        }
+    }"""
+    url = f"{server.url}/api/{minted['user_id']}/tasks"
+    allowed, other = origins
+    try:
+        await page.goto(allowed)
+        answer = await page.evaluate(script, [url, minted["token"]])
+        assert answer == {"status": 200, "body": {"data": [], "count": 0}}
+        await page.goto(other)
+        answer = await page.evaluate(script, [url, minted["token"]])
+        assert "blocked" in answer
+        assert "Failed to fetch" in answer["blocked"]
+    finally:
+        await context.close()
+
+
+async def test_an_expired_token_asks_to_sign_in_again(
+    browser: Browser, server: ServerProcess
+) -> None:
+    secret = (Path(server.env["TODO_AGENT_DATA_DIR"]) / "jwt_secret").read_text().strip()
+    expired = create_token(secret=secret, user_id="dev-late", name="Late", ttl_s=-3600)
+    context = await browser.new_context()
+    page = await context.new_page()
+    try:
+        await page.goto(server.url)
+        await page.get_by_label("Bearer token").fill(expired)
+        await page.get_by_role("button", name="Use token").click()
+        await expect(page.locator("#sign-in-reason")).to_have_text(
+            "Your sign-in has expired or is not valid. Please sign in again."
+        )
+        await expect(page.locator("#app")).to_be_hidden()
+        assert await page.evaluate("sessionStorage.length") == 0
+        await page.get_by_label("Your name").fill("Late")
+        await page.get_by_role("button", name="Sign in").click()
+        await expect(page.locator("#task-list")).to_contain_text("No tasks here yet.")
+    finally:
+        await context.close()
+
+
+async def test_signing_in_with_a_bearer_token_and_out_again(
+    browser: Browser, server: ServerProcess
+) -> None:
+    minted = httpx.post(f"{server.url}/dev/token", json={"name": "Token Person"}).json()
+    context = await browser.new_context()
+    page = await context.new_page()
+    try:
+        await page.goto(server.url)
+        await page.get_by_label("Bearer token").fill(minted["token"])
+        await page.get_by_role("button", name="Use token").click()
+        await expect(page.locator("#who-name")).to_have_text("Token Person")
+        await expect(page.locator("#task-list")).to_contain_text("No tasks here yet.")
+        await page.get_by_role("button", name="Sign out").click()
+        await expect(page.get_by_label("Bearer token")).to_be_visible()
+        assert await page.evaluate("sessionStorage.length") == 0
+        await page.screenshot(path=SHOTS / "sign-in.png")
+    finally:
+        await context.close()

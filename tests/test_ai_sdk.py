@@ -136,7 +136,7 @@ def check_version(r: dict[str, dict[str, Any]], version: str) -> None:
         assert r[name]["status"] == 200, (name, r[name])
         assert r[name]["errors"] == [], (name, r[name]["errors"])
         chunks = r[name]["chunks"]
-        assert chunks[0]["type"] == "start" and chunks[-1]["type"] == "finish", name
+        assert [chunks[0]["type"], chunks[-1]["type"]] == ["start", "finish"], name
         assert r[name]["message"]["id"] == chunks[0]["messageId"]
 
     plain = r["plain"]["message"]
@@ -183,7 +183,7 @@ def check_version(r: dict[str, dict[str, Any]], version: str) -> None:
 
     # History: what readUIMessageStream assembled, and it takes the stored message up again.
     user, answer = r["history"]["messages"]
-    assert user["role"] == "user" and text_of(user) == "eggs, jam"
+    assert (user["role"], text_of(user)) == ("user", "eggs, jam")
     assert answer == r["parallel"]["message"]
     assert r["history"]["reloaded"] == answer
     # ai 6 also has validateUIMessages (useChat's check of restored messages).

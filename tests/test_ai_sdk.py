@@ -205,10 +205,13 @@ def check_version(r: dict[str, dict[str, Any]], version: str) -> None:
     assert r["resume"] == {"status": 204, "stream": None}
 
 
+ADD, LIST = "Add a task to buy milk", "Show me all my tasks"
+
+
 def test_use_chat_with_the_stub_when_no_key_is_set(without_key: ServerProcess) -> None:
     ops: list[dict[str, Any]] = [
-        {"op": "send", "name": "add", "user": "alice", "chatId": "s", "text": "Add a task to buy milk"},
-        {"op": "send", "name": "list", "user": "alice", "chatId": "s", "text": "Show me all my tasks"},
+        {"op": "send", "name": "add", "user": "alice", "chatId": "s", "text": ADD},
+        {"op": "send", "name": "list", "user": "alice", "chatId": "s", "text": LIST},
         {"op": "history", "name": "history", "of": "list"},
     ]
     results = run(without_key, ops)
@@ -228,4 +231,3 @@ def test_use_chat_with_the_stub_when_no_key_is_set(without_key: ServerProcess) -
         assert len(messages) == 4
         assert messages[1] == r["add"]["message"]
         assert messages[3] == r["list"]["message"]
-

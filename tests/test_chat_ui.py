@@ -1,12 +1,14 @@
 """POST /chat/ui: the Vercel AI SDK's UI message stream protocol, spoken to `useChat`.
 (The AI SDK's own client reads these streams in tests/test_ai_sdk.py.)"""
 
+import asyncio
 import json
 import uuid
 from typing import Any
 
 import httpx
 
+from backend.services.ui_stream import UIMessageStream
 from backend.settings import Settings
 from tests.chat_helpers import stored_messages
 from tests.conftest import auth, serving
@@ -241,3 +243,55 @@ async def test_history_as_ui_messages(agent_client: httpx.AsyncClient, model: Fa
         headers=auth("alice"),
     )
     assert missing.status_code == 404
+
+
+async def test_resume_tells_a_running_turn_from_its_start(
+    model_settings: Settings, model: FakeOpenAI, engine: object
+) -> None:
+    model.script(delay(0.5, then=reply("take your time")))
+    async with serving(model_settings) as client:
+        posted = asyncio.create_task(post_ui(client, body("slow one", chat_id="r1")))
+        for _ in range(100):
+            resumed = await client.get("/api/alice/chat/ui/r1/stream", headers=auth("alice"))
+            if resumed.status_code == 200:
+                break
+            await asyncio.sleep(0.02)
+        first = await posted
+        foreign = await client.get("/api/bob/chat/ui/r1/stream", headers=auth("bob"))
+    assert resumed.status_code == 200
+    assert {k: resumed.headers[k] for k in UI_HEADERS} == UI_HEADERS
+    assert chunks_of(resumed) == chunks_of(first)
+    assert foreign.status_code == 204
+
+
+async def test_rate_limited_before_the_stream(make_settings: Any, engine: object) -> None:
+    async with serving(make_settings(chat_rate_limit_per_minute=1)) as client:
+        first = await post_ui(client, body("Show me all my tasks"))
+        second = await post_ui(client, body("Show me all my tasks"))
+    assert first.status_code == 200
+    assert second.status_code == 429
+    assert "retry-after" in second.headers
+
+
+def test_a_turn_that_fails_mid_stream_ends_with_an_error_chunk() -> None:
+    stream = UIMessageStream(message_id="m", session_id="s")
+    stream.on_event("delta", {"text": "Working on"}, 1)
+    stream.on_event("error", {"detail": "This turn lost its session."}, 1)
+    stream.on_event("done", {"response": "late", "using_stub": False, "usage": {}}, 1)
+
+    async def read() -> list[str]:
+        return [frame async for frame in stream.frames(keepalive_s=1)]
+
+    frames = "".join(asyncio.run(read())).split("\n\n")
+    chunks = [json.loads(f.removeprefix("data: ")) for f in frames if f and f != "data: [DONE]"]
+    assert [c["type"] for c in chunks] == [
+        "start",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "text-end",
+        "finish-step",
+        "error",
+    ]
+    assert chunks[-1] == {"type": "error", "errorText": "This turn lost its session."}
+    assert frames[-2:] == ["data: [DONE]", ""]

@@ -3,11 +3,14 @@ newest ai 6) against a real `todo-agent serve`: DefaultChatTransport.sendMessage
 chunk checked by the package's schema, and readUIMessageStream assembling the message
 `useChat` would show. One node run per server covers both versions (tests/js/ai-sdk)."""
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
+from tests.chat_helpers import stored_messages
 from tests.conftest import server_env, token_for
 from tests.fake_openai import FakeOpenAI, call, error, reply, tool_calls
 from tests.node import require_node, run_node
@@ -231,3 +234,30 @@ def test_use_chat_with_the_stub_when_no_key_is_set(without_key: ServerProcess) -
         assert len(messages) == 4
         assert messages[1] == r["add"]["message"]
         assert messages[3] == r["list"]["message"]
+
+
+async def test_a_client_that_hangs_up_mid_answer_does_not_stop_the_turn(
+    with_model: ServerProcess, fake_openai_server: FakeOpenAI
+) -> None:
+    model = fake_openai_server
+    model.clear()
+    model.script(reply("one two three four five six", chunk_interval_s=0.1))
+    headers = {"Authorization": f"Bearer {token_for('carol')}"}
+    payload = {
+        "id": "hang-up",
+        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "count"}]}],
+        "trigger": "submit-message",
+    }
+    async with httpx.AsyncClient(base_url=with_model.url, headers=headers) as client:
+        async with client.stream("POST", "/api/carol/chat/ui", json=payload) as response:
+            async for line in response.aiter_lines():
+                if '"text-delta"' in line:
+                    break  # hang up after the first piece of text
+        sessions = (await client.get("/api/carol/sessions")).json()["data"]
+        stored: list[dict[str, Any]] = []
+        for _ in range(50):
+            stored = await stored_messages(client, sessions[0]["id"], user="carol")
+            if len(stored) == 2:
+                break
+            await asyncio.sleep(0.1)
+    assert [m["content"] for m in stored] == ["count", "one two three four five six"]

@@ -213,18 +213,18 @@ ADD, LIST = "Add a task to buy milk", "Show me all my tasks"
 
 def test_use_chat_with_the_stub_when_no_key_is_set(without_key: ServerProcess) -> None:
     ops: list[dict[str, Any]] = [
-        {"op": "send", "name": "add", "user": "alice", "chatId": "s", "text": ADD},
-        {"op": "send", "name": "list", "user": "alice", "chatId": "s", "text": LIST},
+        {"op": "send", "name": ADD, "user": "alice", "chatId": "s", "text": ADD},
+        {"op": "send", "name": "list", "user": "alice", "chatId": "s", "text": LIST, "after": ADD},
         {"op": "history", "name": "history", "of": "list"},
     ]
     results = run(without_key, ops)
     for version in VERSIONS:
         r = results[version]
-        for name in ("add", "list"):
+        for name in (ADD, "list"):
             assert r[name]["status"] == 200
             assert r[name]["errors"] == []
             assert r[name]["message"]["metadata"]["using_stub"] is True
-        [added] = tool_parts(r["add"]["message"])
+        [added] = tool_parts(r[ADD]["message"])
         assert added["type"] == "tool-add_todo"
         assert added["output"]["todo"]["title"] == "Buy milk"
         [listed] = tool_parts(r["list"]["message"])
@@ -232,7 +232,7 @@ def test_use_chat_with_the_stub_when_no_key_is_set(without_key: ServerProcess) -
         assert "Buy milk" in text_of(r["list"]["message"])
         messages = r["history"]["messages"]
         assert len(messages) == 4
-        assert messages[1] == r["add"]["message"]
+        assert messages[1] == r[ADD]["message"]
         assert messages[3] == r["list"]["message"]
 
 

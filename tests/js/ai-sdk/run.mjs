@@ -3,7 +3,8 @@
 // stdin: {"baseUrl", "versions": ["ai5", "ai6"], "tokens": {user: jwt}, "ops": [op, ...]}
 // Each op runs in order, per version, with users and chat ids suffixed by the version so
 // the runs do not share state. An op is one of
-//   {"op": "send", "name", "user", "chatId", "text", "pathUser"?}    a new user message
+//   {"op": "send", "name", "user", "chatId", "text", "pathUser"?, "after"?}  a new user
+//       message (after op `after`'s conversation, sent along as useChat does by default)
 //   {"op": "regenerate", "name", "of", "chatId"?}  answer op `of`'s user message again
 //   {"op": "history", "name", "of", "user"?}  GET op `of`'s session ?format=ui
 //   {"op": "resume", "name", "user", "chatId"} useChat({resume: true})'s request
@@ -84,6 +85,10 @@ function userMessage(text) {
   return { id, role: "user", parts: [{ type: "text", text }] };
 }
 
+function conversation(earlier) {
+  return [...(earlier.history ?? []), earlier.sent, earlier.message];
+}
+
 async function runOp(ai, input, op, version, done) {
   const own = (name) => `${name}-${version}`;
   switch (op.op) {
@@ -94,10 +99,12 @@ async function runOp(ai, input, op, version, done) {
         user: own(op.user),
         pathUser: op.pathUser === undefined ? undefined : own(op.pathUser),
         chatId,
-        messages: [sent],
+        // As useChat does by default: the whole conversation so far, then the new message.
+        messages: [...(op.after ? conversation(done[op.after]) : []), sent],
         trigger: "submit-message",
       });
-      return { ...result, sent, chatId, user: own(op.user) };
+      const history = op.after ? conversation(done[op.after]) : [];
+      return { ...result, sent, history, chatId, user: own(op.user) };
     }
     case "regenerate": {
       const earlier = done[op.of];

@@ -173,10 +173,14 @@ async def test_regenerate_answers_the_stored_message_again_without_storing_it_tw
 async def test_errors_before_the_stream_are_json_like_chat(client: httpx.AsyncClient) -> None:
     no_text = body("x")
     no_text["messages"] = [{"id": "m", "role": "user", "parts": [{"type": "file"}]}]
+    answered = body("x")
+    answered["messages"].append({"id": "a", "role": "assistant", "parts": []})
     blank = await post_ui(client, body("   "))
     missing = await post_ui(client, no_text)
-    assert blank.status_code == missing.status_code == 422
+    ends_with_an_answer = await post_ui(client, answered)
+    assert blank.status_code == missing.status_code == ends_with_an_answer.status_code == 422
     assert "last user message" in missing.text
+    assert "must end with the user message" in ends_with_an_answer.text
     unknown = await post_ui(client, body("again", chat_id="never", trigger="regenerate-message"))
     assert unknown.status_code == 404
     assert unknown.json() == {"detail": "There is no message in this chat to answer again."}

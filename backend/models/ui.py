@@ -43,6 +43,11 @@ class UIChatRequest(BaseModel):
 
     @model_validator(mode="after")
     def _last_user_message_is_a_chat_message(self) -> "UIChatRequest":
+        # A trailing assistant message would be a client-side tool's result, which this
+        # service does not take (its tools run on the server); answering the user message
+        # before it again would store that message twice.
+        if self.messages[-1].role != "user":
+            raise ValueError("messages must end with the user message to answer")
         try:
             ChatRequest(message=self.last_user_text())
         except ValidationError as invalid:
@@ -51,11 +56,8 @@ class UIChatRequest(BaseModel):
         return self
 
     def last_user_text(self) -> str:
-        """The text of the last user message: the only one the server takes."""
-        for message in reversed(self.messages):
-            if message.role == "user":
-                return message.text()
-        return ""
+        """The text of the last message, a user's: the only one the server takes."""
+        return self.messages[-1].text()
 
 
 class UIMessagePublic(BaseModel):

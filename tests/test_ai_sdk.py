@@ -1,10 +1,12 @@
 """The Vercel AI SDK's own client (`ai` 5.0.0, whose chunk schemas are strict, and the
-newest ai 6) against a real `todo-agent serve`: DefaultChatTransport.sendMessages, every
-chunk checked by the package's schema, and readUIMessageStream assembling the message
-`useChat` would show. One node run per server covers both versions (tests/js/ai-sdk)."""
+newest ai 6) against a real `todo-agent serve`: the README's transport (a
+DefaultChatTransport) sends, every chunk is checked by the package's schema, and
+readUIMessageStream assembles the message `useChat` would show. One node run per server
+covers both versions (tests/js/ai-sdk)."""
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,8 +22,12 @@ VERSIONS = ["ai5", "ai6"]
 USERS = ["alice", "bob"]
 
 
+CLIENT = Path(__file__).resolve().parent.parent / "clients" / "typescript"
+
+
 @pytest.fixture(scope="module")
 def node() -> str:
+    require_node("typescript", root=CLIENT.parent)  # compiles the README's transport
     return require_node("ai-sdk")
 
 
@@ -50,7 +56,14 @@ def without_key(
 
 def run(server: ServerProcess, ops: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     tokens = {f"{user}-{v}": token_for(f"{user}-{v}") for user in USERS for v in VERSIONS}
-    stdin = {"baseUrl": server.url, "versions": VERSIONS, "tokens": tokens, "ops": ops}
+    stdin = {
+        "baseUrl": server.url,
+        "versions": VERSIONS,
+        "tokens": tokens,
+        "ops": ops,
+        "transportModule": str(CLIENT / "nextjs/lib/chat-transport.ts"),
+        "typescript": str(CLIENT / "package.json"),
+    }
     results: dict[str, dict[str, Any]] = run_node("ai-sdk", "run.mjs", stdin=stdin)
     return results
 

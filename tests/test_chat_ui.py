@@ -170,6 +170,20 @@ async def test_regenerate_answers_the_stored_message_again_without_storing_it_tw
     assert seen[1]["content"] == "add milk"
 
 
+async def test_regenerating_a_stub_answer_does_not_do_its_tools_again(
+    client: httpx.AsyncClient,
+) -> None:
+    first = chunks_of(await post_ui(client, body("Add a task to buy milk")))
+    regenerate = body("Add a task to buy milk", trigger="regenerate-message")
+    again = chunks_of(await post_ui(client, regenerate))
+    assert [c["type"] for c in again if c["type"].startswith("tool")] == []
+    text = "".join(c.get("delta", "") for c in again)
+    assert text == "Here is what I did: Created task 1: Buy milk."
+    tasks = await client.get("/api/alice/tasks", headers=auth("alice"))
+    assert [t["title"] for t in tasks.json()["data"]] == ["Buy milk"]
+    assert len(await stored_messages(client, first[0]["messageMetadata"]["session_id"])) == 3
+
+
 async def test_errors_before_the_stream_are_json_like_chat(client: httpx.AsyncClient) -> None:
     no_text = body("x")
     no_text["messages"] = [{"id": "m", "role": "user", "parts": [{"type": "file"}]}]

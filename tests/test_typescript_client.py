@@ -13,7 +13,12 @@ from tests.node import require_node
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT = ROOT / "clients" / "typescript"
-README_FILES = ["nextjs/lib/auth-client.ts", "nextjs/lib/todo-agent.ts", "nextjs/app/todo-chat.tsx"]
+README_FILES = [
+    "nextjs/lib/auth-client.ts",
+    "nextjs/lib/chat-transport.ts",
+    "nextjs/lib/todo-agent.ts",
+    "nextjs/app/todo-chat.tsx",
+]
 
 
 @pytest.fixture(scope="module")

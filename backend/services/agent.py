@@ -122,6 +122,8 @@ class Turn:
     model_calls: int = 0
     model_seconds: float = 0.0
     steps: int = 0  # model answers asked for so far (the AI SDK protocol's steps)
+    # Regenerating: what the tools of the answers being replaced did (they stay done).
+    earlier_results: list[dict[str, Any]] = field(default_factory=list)
 
     def send(self, event: str, data: dict[str, Any]) -> None:
         if self.emit is not None:
@@ -318,6 +320,7 @@ class OpenAIAgentService:
                 "token_budget" if over_budget else None if self._client else "no_api_key"
             ),
             idempotency_key=key,
+            earlier_results=opened.earlier_results,
         )
 
     # -- run ------------------------------------------------------------------------------
@@ -399,6 +402,11 @@ class OpenAIAgentService:
         return final or self._summary(turn, unreachable=False), False
 
     async def _answer_with_stub(self, turn: Turn) -> tuple[str, bool]:
+        if turn.earlier_results:  # the stub would only do the same again: say what was done
+            text = _summary(turn.earlier_results, called=True)
+            for piece in _chunks(text):
+                turn.send("delta", {"text": piece})
+            return text, True
         counter = iter(range(1, 1000))
 
         async def call_tool(name: str, arguments: Mapping[str, Any]) -> ToolResult:
@@ -662,18 +670,8 @@ class OpenAIAgentService:
             logger.warning("could not release the session lease", exc_info=True)
 
     def _summary(self, turn: Turn, *, unreachable: bool = True) -> str:
-        """A reply built from what the tools did, for when the model gives none."""
-        done = " ".join(line for result in turn.results if (line := _describe(result.result)))
-        if done:
-            return f"Here is what I did: {done}"
-        if turn.calls:
-            return "I looked at your tasks but made no changes."
-        if unreachable:
-            return (
-                "Sorry, I can't reach the assistant right now. You can still say things like "
-                '"Add a task to buy milk" or "Show my tasks".'
-            )
-        return "Sorry, I don't have an answer to that."
+        results = [result.result for result in turn.results]
+        return _summary(results, called=bool(turn.calls), unreachable=unreachable)
 
 
 async def _riding_out_outages(
@@ -822,6 +820,21 @@ def _chunks(text: str, size: int = 24) -> list[str]:
     if current:
         pieces.append(current)
     return pieces
+
+
+def _summary(results: list[dict[str, Any]], *, called: bool, unreachable: bool = True) -> str:
+    """A reply built from what tools did (`called`: some ran), for when the model gives none."""
+    done = " ".join(line for result in results if (line := _describe(result)))
+    if done:
+        return f"Here is what I did: {done}"
+    if called:
+        return "I looked at your tasks but made no changes."
+    if unreachable:
+        return (
+            "Sorry, I can't reach the assistant right now. You can still say things like "
+            '"Add a task to buy milk" or "Show my tasks".'
+        )
+    return "Sorry, I don't have an answer to that."
 
 
 def _describe(result: dict[str, Any]) -> str:

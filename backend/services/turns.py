@@ -41,6 +41,7 @@ class Opening:
     session_id: uuid.UUID | None = None
     user_message_id: uuid.UUID | None = None
     message: str = ""
+    earlier_results: list[dict[str, Any]] = field(default_factory=list)
     history: list[HistoryRow] = field(default_factory=list)
     name: str | None = None
     timezone: str = "UTC"
@@ -267,11 +268,14 @@ async def open_turn(
     earlier: list[HistoryRow] = [
         (m["role"], m["content"], m["tool_calls"], m["tool_results"]) for m in row.history
     ]
+    earlier_results: list[dict[str, Any]] = []
     if message is None:
         last = max((i for i, m in enumerate(row.history) if m["role"] == "user"), default=None)
         if last is not None:
             message_id, message = uuid.UUID(row.history[last]["id"]), earlier[last][1] or ""
             earlier[last + 1 :] = [(r, None, c, t) for r, _, c, t in earlier[last + 1 :]]
+            answers = earlier[last + 1 :]
+            earlier_results = [r["result"] for *_, results in answers for r in results or ()]
         history_rows = earlier
     else:
         history_rows = [*earlier, ("user", message, None, None)]
@@ -281,6 +285,7 @@ async def open_turn(
         session_id=row.session_id,
         user_message_id=message_id,
         message=message or "",
+        earlier_results=earlier_results,
         history=history_rows,
         name=row.name,
         timezone=row.timezone,

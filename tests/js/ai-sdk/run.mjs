@@ -1,16 +1,20 @@
 // The Vercel AI SDK's own client against a running todo-agent, for each `ai` version asked.
 //
-// stdin: {"baseUrl", "versions": ["ai5", "ai6"], "tokens": {user: jwt}, "ops": [op, ...]}
+// stdin: {"baseUrl", "versions": ["ai5", "ai6"], "tokens": {user: jwt}, "ops": [op, ...],
+//         "transportModule": the README's chat-transport.ts, "typescript": a path to compile it}
 // Each op runs in order, per version, with users and chat ids suffixed by the version so
 // the runs do not share state. An op is one of
 //   {"op": "send", "name", "user", "chatId", "text", "pathUser"?, "after"?}  a new user
-//       message (after op `after`'s conversation, sent along as useChat does by default)
+//       message (after op `after`'s conversation, handed to the transport as useChat does)
 //   {"op": "regenerate", "name", "of", "chatId"?}  answer op `of`'s user message again
 //   {"op": "history", "name", "of", "user"?}  GET op `of`'s session ?format=ui
 //   {"op": "resume", "name", "user", "chatId"} useChat({resume: true})'s request
 // stdout: {version: {name: result}}, each send a {status, chunks, message, errors} where
-// `chunks` passed the package's own chunk schema (DefaultChatTransport validates them) and
+// `chunks` passed the package's own chunk schema (DefaultChatTransport validates them; the
+// transport is the README's, so it sends only the newest message, as the README says) and
 // `message` is what readUIMessageStream assembled from them.
+import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { createRequire } from "node:module";
 import * as ai5 from "ai5";
 import * as ai6 from "ai6";
 
@@ -22,17 +26,36 @@ async function readStdin() {
   return JSON.parse(text);
 }
 
-function transportFor(ai, input, user, statuses, pathUser = user) {
-  return new ai.DefaultChatTransport({
-    api: `${input.baseUrl}/api/${encodeURIComponent(pathUser)}/chat/ui`,
-    headers: async () => ({ Authorization: `Bearer ${input.tokens[user] ?? "not-a-jwt"}` }),
-    body: { timezone: "Europe/Berlin" },
-    fetch: async (url, init) => {
-      const response = await fetch(url, init);
-      statuses.push(response.status);
-      return response;
-    },
+// The transport of the README's Next.js files (clients/typescript/nextjs/lib/chat-transport.ts),
+// compiled with the typed client's TypeScript, its `ai` import bound to the version under test.
+async function readmeTransport(input, version) {
+  const require = createRequire(input.typescript);
+  const ts = require("typescript");
+  const source = await readFile(input.transportModule, "utf8");
+  const { outputText } = ts.transpileModule(source, {
+    compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
   });
+  const compiled = outputText.replace(/from "ai"/g, `from "${version}"`);
+  if (compiled === outputText) throw new Error("chat-transport.ts no longer imports from ai");
+  const dir = new URL("./node_modules/.readme/", import.meta.url);
+  await mkdir(dir, { recursive: true });
+  const file = new URL(`chat-transport-${version}.mjs`, dir);
+  await writeFile(file, compiled);
+  return (await import(file.href)).chatTransport;
+}
+
+// Every response's status, for the requests the transport makes with the global fetch.
+const statuses = [];
+const realFetch = globalThis.fetch;
+globalThis.fetch = async (url, init) => {
+  const response = await realFetch(url, init);
+  statuses.push(response.status);
+  return response;
+};
+
+function transportFor(chatTransport, input, user, pathUser = user) {
+  const token = async () => input.tokens[user] ?? "not-a-jwt";
+  return chatTransport(input.baseUrl, pathUser, token);
 }
 
 async function assemble(ai, stream) {
@@ -63,9 +86,9 @@ async function assemble(ai, stream) {
   return { chunks, message, errors };
 }
 
-async function send(ai, input, { user, chatId, messages, trigger, messageId, pathUser }) {
-  const statuses = [];
-  const transport = transportFor(ai, input, user, statuses, pathUser);
+async function send(sdk, input, { user, chatId, messages, trigger, messageId, pathUser }) {
+  const transport = transportFor(sdk.chatTransport, input, user, pathUser);
+  statuses.length = 0;
   try {
     const stream = await transport.sendMessages({
       chatId,
@@ -74,7 +97,7 @@ async function send(ai, input, { user, chatId, messages, trigger, messageId, pat
       messageId,
       abortSignal: undefined,
     });
-    return { status: statuses[0], ...(await assemble(ai, stream)) };
+    return { status: statuses[0], ...(await assemble(sdk.ai, stream)) };
   } catch (error) {
     return { status: statuses[0], thrown: String(error?.message ?? error) };
   }
@@ -89,17 +112,18 @@ function conversation(earlier) {
   return [...(earlier.history ?? []), earlier.sent, earlier.message];
 }
 
-async function runOp(ai, input, op, version, done) {
+async function runOp(sdk, input, op, version, done) {
+  const ai = sdk.ai;
   const own = (name) => `${name}-${version}`;
   switch (op.op) {
     case "send": {
       const sent = userMessage(op.text);
       const chatId = op.chatId === undefined ? undefined : own(op.chatId);
-      const result = await send(ai, input, {
+      const result = await send(sdk, input, {
         user: own(op.user),
         pathUser: op.pathUser === undefined ? undefined : own(op.pathUser),
         chatId,
-        // As useChat does by default: the whole conversation so far, then the new message.
+        // As useChat does: the whole conversation so far, then the new message.
         messages: [...(op.after ? conversation(done[op.after]) : []), sent],
         trigger: "submit-message",
       });
@@ -109,7 +133,7 @@ async function runOp(ai, input, op, version, done) {
     case "regenerate": {
       const earlier = done[op.of];
       // As useChat's regenerate(): the answer is dropped, the rest is sent again.
-      return send(ai, input, {
+      return send(sdk, input, {
         user: earlier.user,
         chatId: op.chatId === undefined ? earlier.chatId : own(op.chatId),
         messages: [earlier.sent],
@@ -148,8 +172,8 @@ async function runOp(ai, input, op, version, done) {
       return { status: 200, messages, reloaded, validated };
     }
     case "resume": {
-      const statuses = [];
-      const transport = transportFor(ai, input, own(op.user), statuses);
+      const transport = transportFor(sdk.chatTransport, input, own(op.user));
+      statuses.length = 0;
       const stream = await transport.reconnectToStream({ chatId: own(op.chatId) });
       return { status: statuses[0], stream: stream === null ? null : "a stream" };
     }
@@ -162,8 +186,9 @@ const input = await readStdin();
 const output = {};
 for (const version of input.versions) {
   const done = {};
+  const sdk = { ai: SDKS[version], chatTransport: await readmeTransport(input, version) };
   for (const op of input.ops) {
-    done[op.name] = await runOp(SDKS[version], input, op, version, done);
+    done[op.name] = await runOp(sdk, input, op, version, done);
   }
   output[version] = done;
 }

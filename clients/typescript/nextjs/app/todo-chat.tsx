@@ -3,11 +3,15 @@
 import { useChat } from "@ai-sdk/react";
 import { getToolName, isToolUIPart, type UIMessage } from "ai";
 import { useMemo, useState } from "react";
-import { chatTransport } from "../lib/todo-agent";
+import { chatTransport } from "../lib/chat-transport";
+import { TODO_AGENT_URL, todoAgentToken } from "../lib/todo-agent";
 
 /** A chat with todo-agent. Pass a past session's id and `loadSession(...)` to continue it. */
 export function TodoChat(props: { userId: string; chatId?: string; initialMessages?: UIMessage[] }) {
-  const transport = useMemo(() => chatTransport(props.userId), [props.userId]);
+  const transport = useMemo(
+    () => chatTransport(TODO_AGENT_URL, props.userId, todoAgentToken),
+    [props.userId],
+  );
   const { messages, sendMessage, regenerate, status, error } = useChat({
     id: props.chatId,
     messages: props.initialMessages,

@@ -1,4 +1,4 @@
-import { DefaultChatTransport, type UIMessage } from "ai";
+import type { UIMessage } from "ai";
 import createClient from "openapi-fetch";
 import type { paths } from "../../schema"; // clients/typescript/schema.d.ts, copied into your app
 import { authClient } from "./auth-client";
@@ -10,24 +10,6 @@ export async function todoAgentToken(): Promise<string> {
   const { data, error } = await authClient.token();
   if (error || !data) throw new Error("Sign in first.");
   return data.token;
-}
-
-/** useChat's transport: todo-agent speaks the AI SDK's UI message stream protocol. */
-export function chatTransport(userId: string) {
-  return new DefaultChatTransport<UIMessage>({
-    api: `${TODO_AGENT_URL}/api/${encodeURIComponent(userId)}/chat/ui`,
-    headers: async () => ({ Authorization: `Bearer ${await todoAgentToken()}` }),
-    // The service keeps the conversation itself: send only the newest message.
-    prepareSendMessagesRequest: ({ id, messages, trigger, messageId }) => ({
-      body: {
-        id,
-        messages: messages.slice(-1),
-        trigger,
-        messageId,
-        timezone: Intl.DateTimeFormat().resolvedOptions().timeZone,
-      },
-    }),
-  });
 }
 
 /** The typed client for everything else (tasks, sessions), generated from /openapi.json. */

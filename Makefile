@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 JS_DIRS := $(patsubst %/package.json,%,$(wildcard tests/js/*/package.json clients/*/package.json))
 JS_STAMPS := $(addsuffix /node_modules/.installed,$(JS_DIRS))
 
-.PHONY: run test lint format bench migrate clean js
+.PHONY: run test lint format bench migrate clean js client
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ format: $(STAMP)
 
 migrate: $(STAMP)
 	$(BIN)/todo-agent migrate
+
+## Regenerate clients/typescript/schema.d.ts from the app's OpenAPI document; commit it.
+client: $(STAMP) clients/typescript/node_modules/.installed
+	$(BIN)/python clients/typescript/generate.py
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

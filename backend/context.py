@@ -8,6 +8,7 @@ from backend import metrics
 from backend.auth import TokenVerifier
 from backend.db import Database
 from backend.services.agent import OpenAIAgentService
+from backend.services.ui_stream import UIStreams
 from backend.services.users import KnownUsers
 from backend.settings import Settings
 
@@ -20,6 +21,7 @@ class AppContext:
     verifier: TokenVerifier
     agent: OpenAIAgentService
     known_users: KnownUsers = field(default_factory=KnownUsers)
+    ui_streams: UIStreams = field(default_factory=UIStreams)
 
     @classmethod
     def create(cls, settings: Settings) -> "AppContext":

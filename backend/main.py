@@ -13,7 +13,7 @@ from backend.errors import install_error_handlers
 from backend.logs import configure_logging
 from backend.metrics import release_process_metrics
 from backend.middleware import RequestMiddleware
-from backend.routers import chat, dev, health, metrics, sessions, tasks, web
+from backend.routers import chat, chat_ui, dev, health, metrics, sessions, tasks, web
 from backend.routers import settings as user_settings
 from backend.settings import Settings, load_settings
 
@@ -67,7 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             expose_headers=["Retry-After", "X-Request-ID"],
             max_age=600,
         )
-    for module in (health, metrics, chat, sessions, tasks, user_settings):
+    for module in (health, metrics, chat, chat_ui, sessions, tasks, user_settings):
         # The routes are complete (prefix, tags, documented errors) once declared; adding
         # them directly spares every request FastAPI's lazy re-resolution of included
         # routers, and the OpenAPI document is the same.

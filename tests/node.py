@@ -15,15 +15,15 @@ import pytest
 JS_DIR = Path(__file__).resolve().parent / "js"
 
 
-def require_node(project: str | None = None) -> str:
-    """The `node` executable (and, given a project under tests/js/, its installed modules).
-    Missing: a failure under CI=true, a loud skip elsewhere."""
+def require_node(project: str | None = None, *, root: Path = JS_DIR) -> str:
+    """The `node` executable (and, given a project under tests/js/ or `root`, its installed
+    modules). Missing: a failure under CI=true, a loud skip elsewhere."""
     node = shutil.which("node")
     problem = None
     if node is None:
         problem = "node is not installed"
-    elif project is not None and not (JS_DIR / project / "node_modules").is_dir():
-        problem = f"tests/js/{project} is not installed (run `make test`, which runs `npm ci`)"
+    elif project is not None and not (root / project / "node_modules").is_dir():
+        problem = f"{root / project} is not installed (run `make test`, which runs `npm ci`)"
     if problem is None:
         assert node is not None
         return node

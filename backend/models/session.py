@@ -43,6 +43,14 @@ class AgentSession(SQLModel, table=True):
     __table_args__ = (
         # Scanned backwards for "most recently active first".
         Index("ix_agent_sessions_user_activity", "user_id", "updated_at", "id"),
+        # A chat id a client generated (the AI SDK's useChat) names one session per user.
+        Index(
+            "ux_agent_sessions_user_chat",
+            "user_id",
+            "chat_id",
+            unique=True,
+            postgresql_where=text("chat_id IS NOT NULL"),
+        ),
     )
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
@@ -50,6 +58,7 @@ class AgentSession(SQLModel, table=True):
         sa_column=Column(String(255), ForeignKey("users.id", ondelete="CASCADE"), nullable=False)
     )
     title: str = Field(max_length=200)
+    chat_id: str | None = Field(default=None, max_length=255)
     created_at: datetime = Timestamp()
     # Last activity: bumped by every turn; sessions are listed by it.
     updated_at: datetime = Timestamp()

@@ -9,7 +9,6 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from backend.deps import Agent, Context, CurrentUser, IdempotencyKey
-from backend.errors import DomainError
 from backend.models.chat import ChatRequest, ChatResponse
 from backend.models.errors import API_ERRORS, error_responses
 from backend.services.agent import OpenAIAgentService, Turn
@@ -78,30 +77,14 @@ async def chat_stream(
 
 def _start_streaming(agent: OpenAIAgentService, turn: Turn) -> EventQueue:
     events: EventQueue = asyncio.Queue()
-    turn.emit = lambda event, data: events.put_nowait((event, data))
-    task = agent.start(turn)
-
-    def report_failure(done: "asyncio.Task[ChatResponse]") -> None:
-        if done.cancelled():
-            events.put_nowait(("error", {"detail": "The turn was cancelled."}))
-        elif (failure := done.exception()) is not None:
-            detail = failure.detail if isinstance(failure, DomainError) else "Internal error."
-            events.put_nowait(("error", {"detail": detail}))
-
-    task.add_done_callback(report_failure)
+    agent.stream(turn, lambda event, data: events.put_nowait((event, data)))
     return events
 
 
 def _replayed(replay: Replay) -> EventQueue:
-    """The stored answer, told again as the events of a stream."""
-    answer = replay.body
     events: EventQueue = asyncio.Queue()
-    events.put_nowait(("session", {"session_id": answer["session_id"], "replayed": True}))
-    for call, result in zip(answer["tool_calls"], answer["tool_results"], strict=False):
-        events.put_nowait(("tool_call", call))
-        events.put_nowait(("tool_result", result))
-    events.put_nowait(("delta", {"text": answer["response"]}))
-    events.put_nowait(("done", answer))
+    for event in replay.events():
+        events.put_nowait(event)
     return events
 
 

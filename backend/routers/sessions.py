@@ -1,14 +1,15 @@
 """Past conversations: list, read, rename, delete."""
 
 import uuid
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response, status
 
 from backend.deps import CurrentUser, DbSession
 from backend.models.errors import API_ERRORS, error_responses
 from backend.models.session import MessagesPublic, SessionPublic, SessionsPublic, SessionUpdate
-from backend.services import sessions
+from backend.models.ui import UIMessagePublic
+from backend.services import sessions, ui_stream
 
 router = APIRouter(prefix="/api/{user_id}/sessions", tags=["sessions"], responses=API_ERRORS)
 Cursor = Annotated[str | None, Query(max_length=512, description="next_cursor of the last page")]
@@ -32,15 +33,28 @@ async def get_session(user: CurrentUser, db: DbSession, session_id: uuid.UUID) -
     return sessions.to_public(session)
 
 
-@router.get("/{session_id}/messages", operation_id="listSessionMessages")
+@router.get(
+    "/{session_id}/messages",
+    operation_id="listSessionMessages",
+    response_model=MessagesPublic | list[UIMessagePublic],
+)
 async def list_messages(
     user: CurrentUser,
     db: DbSession,
     session_id: uuid.UUID,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Cursor = None,
-) -> MessagesPublic:
+    message_format: Annotated[
+        Literal["api", "ui"],
+        Query(alias="format", description="`ui`: the messages as AI SDK UIMessages (a list)"),
+    ] = "api",
+) -> MessagesPublic | list[UIMessagePublic]:
     """The latest messages in chronological order; `next_cursor` pages to older ones."""
+    if message_format == "ui":
+        rows, _ = await sessions.latest_messages(
+            db=db, owner=user.user_id, session_id=session_id, limit=limit, cursor=cursor
+        )
+        return ui_stream.to_ui_messages(rows, session_id=session_id)
     return await sessions.list_messages(
         db=db, owner=user.user_id, session_id=session_id, limit=limit, cursor=cursor
     )

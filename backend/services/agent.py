@@ -32,7 +32,13 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 from backend import metrics
 from backend.auth import Identity
 from backend.db import Database
-from backend.errors import DatabaseUnavailable, RateLimited, SessionBusy, SessionNotFound
+from backend.errors import (
+    DatabaseUnavailable,
+    DomainError,
+    RateLimited,
+    SessionBusy,
+    SessionNotFound,
+)
 from backend.logs import log_model_call, log_turn
 from backend.models.chat import ChatRequest, ChatResponse, ToolCallPublic, ToolResultPublic
 from backend.models.session import Usage
@@ -116,6 +122,9 @@ class Turn:
     idempotency_key: str | None = None
     model_calls: int = 0
     model_seconds: float = 0.0
+    steps: int = 0  # model answers asked for so far (the AI SDK protocol's steps)
+    # Regenerating: what the tools of the answers being replaced did (they stay done).
+    earlier_results: list[dict[str, Any]] = field(default_factory=list)
 
     def send(self, event: str, data: dict[str, Any]) -> None:
         if self.emit is not None:
@@ -158,6 +167,20 @@ class OpenAIAgentService:
         task.add_done_callback(self._running.discard)
         return task
 
+    def stream(self, turn: Turn, emit: Emit) -> None:
+        """Start the turn, telling `emit` its events as they happen; a turn that fails is
+        told as an `error` event (`detail`) instead of `done`."""
+        turn.emit = emit
+
+        def report_failure(done: "asyncio.Task[ChatResponse]") -> None:
+            if done.cancelled():
+                emit("error", {"detail": "The turn was cancelled."})
+            elif (failure := done.exception()) is not None:
+                detail = failure.detail if isinstance(failure, DomainError) else "Internal error."
+                emit("error", {"detail": detail})
+
+        self.start(turn).add_done_callback(report_failure)
+
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
         self._chores.add(task)
@@ -175,18 +198,32 @@ class OpenAIAgentService:
     # -- begin ----------------------------------------------------------------------------
 
     async def begin(
-        self, *, identity: Identity, request: ChatRequest, idempotency_key: str | None = None
+        self,
+        *,
+        identity: Identity,
+        request: ChatRequest,
+        idempotency_key: str | None = None,
+        chat_id: str | None = None,
+        regenerate: bool = False,
     ) -> Turn | Replay:
         """Store the user message and take the session, waiting for a busy one if the
         policy says so. Raises SessionNotFound (404), SessionBusy (409), RateLimited (429);
-        a repeated Idempotency-Key gets the first answer back instead (a Replay)."""
+        a repeated Idempotency-Key gets the first answer back instead (a Replay).
+        Without a session id, `chat_id` names the session (see `turns.open_turn`);
+        `regenerate` answers the session's last user message again instead of storing one."""
         settings = self._settings
         deadline = time.monotonic() + (
             settings.chat_busy_wait_s if settings.chat_busy_policy == "wait" else 0.0
         )
         pause = 0.05
         while True:
-            opened = await self._open(identity=identity, request=request, key=idempotency_key)
+            opened = await self._open(
+                identity=identity,
+                request=request,
+                key=idempotency_key,
+                chat_id=chat_id,
+                regenerate=regenerate,
+            )
             if not isinstance(opened, Opening) or opened.started:
                 return self._turn(identity, request, opened, idempotency_key)
             if not opened.user_found:  # not known here yet: create it, then try again
@@ -203,7 +240,13 @@ class OpenAIAgentService:
             pause = min(pause * 2, 0.5)
 
     async def _open(
-        self, *, identity: Identity, request: ChatRequest, key: str | None
+        self,
+        *,
+        identity: Identity,
+        request: ChatRequest,
+        key: str | None,
+        chat_id: str | None,
+        regenerate: bool,
     ) -> Opening | Replay:
         """One try at starting the turn; with an Idempotency-Key, the key is claimed in
         the same transaction (a refused try changes nothing, the claim included)."""
@@ -214,7 +257,8 @@ class OpenAIAgentService:
                 db,
                 owner=identity.user_id,
                 session_id=request.session_id,
-                message=request.message,
+                chat_id=chat_id,
+                message=None if regenerate else request.message,
                 turn_id=uuid.uuid4(),
                 timezone=request.timezone,
                 per_minute=settings.chat_rate_limit_per_minute,
@@ -225,13 +269,16 @@ class OpenAIAgentService:
         if key is None:
             async with self._database.autocommit() as db:
                 return await open_turn(db)
+        fingerprinted = request.model_dump(mode="json")
+        if chat_id is not None:  # a /chat/ui request: its chat id names the session
+            fingerprinted |= {"session_id": chat_id, "regenerate": regenerate}
         try:
             async with self._database.connection() as db:
                 replay = await idempotency.claim(
                     db,
                     owner=identity.user_id,
                     key=key,
-                    fingerprint=idempotency.request_hash("chat", request.model_dump(mode="json")),
+                    fingerprint=idempotency.request_hash("chat", fingerprinted),
                     ttl_s=settings.idempotency_ttl_s,
                     lock_s=settings.chat_session_lease_s,
                 )
@@ -263,7 +310,7 @@ class OpenAIAgentService:
             owner=identity.user_id,
             session_id=opened.session_id,
             user_message_id=opened.user_message_id,
-            message=request.message,
+            message=opened.message,
             tools=TodoTools(owner=identity.user_id, name=opened.name, tz=tz),
             messages=[
                 *prompt_messages(opened.name, tz, opened.instructions),
@@ -275,6 +322,7 @@ class OpenAIAgentService:
                 "token_budget" if over_budget else None if self._client else "no_api_key"
             ),
             idempotency_key=key,
+            earlier_results=opened.earlier_results,
         )
 
     # -- run ------------------------------------------------------------------------------
@@ -356,6 +404,11 @@ class OpenAIAgentService:
         return final or self._summary(turn, unreachable=False), False
 
     async def _answer_with_stub(self, turn: Turn) -> tuple[str, bool]:
+        if turn.earlier_results:  # the stub would only do the same again: say what was done
+            text = _summary(turn.earlier_results, called=True)
+            for piece in _chunks(text):
+                turn.send("delta", {"text": piece})
+            return text, True
         counter = iter(range(1, 1000))
 
         async def call_tool(name: str, arguments: Mapping[str, Any]) -> ToolResult:
@@ -414,6 +467,7 @@ class OpenAIAgentService:
         """One model answer, retrying transient failures within the time budget."""
         settings = self._settings
         started = time.monotonic()
+        turn.steps += 1
 
         def wait(state: RetryCallState) -> float:
             failure = state.outcome.exception() if state.outcome else None
@@ -619,18 +673,8 @@ class OpenAIAgentService:
             logger.warning("could not release the session lease", exc_info=True)
 
     def _summary(self, turn: Turn, *, unreachable: bool = True) -> str:
-        """A reply built from what the tools did, for when the model gives none."""
-        done = " ".join(line for result in turn.results if (line := _describe(result.result)))
-        if done:
-            return f"Here is what I did: {done}"
-        if turn.calls:
-            return "I looked at your tasks but made no changes."
-        if unreachable:
-            return (
-                "Sorry, I can't reach the assistant right now. You can still say things like "
-                '"Add a task to buy milk" or "Show my tasks".'
-            )
-        return "Sorry, I don't have an answer to that."
+        results = [result.result for result in turn.results]
+        return _summary(results, called=bool(turn.calls), unreachable=unreachable)
 
 
 async def _riding_out_outages(
@@ -821,6 +865,21 @@ def _chunks(text: str, size: int = 24) -> list[str]:
     if current:
         pieces.append(current)
     return pieces
+
+
+def _summary(results: list[dict[str, Any]], *, called: bool, unreachable: bool = True) -> str:
+    """A reply built from what tools did (`called`: some ran), for when the model gives none."""
+    done = " ".join(line for result in results if (line := _describe(result)))
+    if done:
+        return f"Here is what I did: {done}"
+    if called:
+        return "I looked at your tasks but made no changes."
+    if unreachable:
+        return (
+            "Sorry, I can't reach the assistant right now. You can still say things like "
+            '"Add a task to buy milk" or "Show my tasks".'
+        )
+    return "Sorry, I don't have an answer to that."
 
 
 def _describe(result: dict[str, Any]) -> str:

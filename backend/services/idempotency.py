@@ -34,6 +34,16 @@ class Replay:
     status_code: int
     body: dict[str, Any]
 
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
+        """A stored chat answer, told again as the events of a streamed turn."""
+        answer = self.body
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("session", {"session_id": answer["session_id"], "replayed": True})
+        ]
+        for call, result in zip(answer["tool_calls"], answer["tool_results"], strict=False):
+            events += [("tool_call", call), ("tool_result", result)]
+        return [*events, ("delta", {"text": answer["response"]}), ("done", answer)]
+
 
 def check_key(key: str) -> str:
     if not 1 <= len(key) <= MAX_KEY_CHARS or not all(" " <= c <= "~" for c in key):

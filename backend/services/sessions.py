@@ -132,6 +132,16 @@ async def list_messages(
     *, db: AsyncSession, owner: str, session_id: uuid.UUID, limit: int, cursor: str | None
 ) -> MessagesPublic:
     """The latest `limit` messages in chronological order; the cursor pages to older ones."""
+    rows, next_cursor = await latest_messages(
+        db=db, owner=owner, session_id=session_id, limit=limit, cursor=cursor
+    )
+    return MessagesPublic(data=[_message(row) for row in rows], next_cursor=next_cursor)
+
+
+async def latest_messages(
+    *, db: AsyncSession, owner: str, session_id: uuid.UUID, limit: int, cursor: str | None
+) -> tuple[list[AgentMessage], str | None]:
+    """The rows of `list_messages`, and the cursor to older ones (None: there are none)."""
     await get_session(db=db, owner=owner, session_id=session_id)
     statement = select(AgentMessage).where(
         col(AgentMessage.session_id) == session_id, col(AgentMessage.user_id) == owner
@@ -148,7 +158,7 @@ async def list_messages(
         rows = rows[:limit]
         next_cursor = _encode(rows[-1].seq)
     rows.reverse()
-    return MessagesPublic(data=[_message(row) for row in rows], next_cursor=next_cursor)
+    return rows, next_cursor
 
 
 def _message(row: AgentMessage) -> MessagePublic:

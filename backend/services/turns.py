@@ -40,6 +40,8 @@ class Opening:
     turn_id: uuid.UUID = field(default_factory=uuid.uuid4)
     session_id: uuid.UUID | None = None
     user_message_id: uuid.UUID | None = None
+    message: str = ""
+    earlier_results: list[dict[str, Any]] = field(default_factory=list)
     history: list[HistoryRow] = field(default_factory=list)
     name: str | None = None
     timezone: str = "UTC"
@@ -81,43 +83,67 @@ _OPEN_TURN = """
         UPDATE users SET chat_tat = (SELECT base FROM gate) + make_interval(secs => :interval),
                          timezone = COALESCE(:timezone, timezone)
         WHERE id = :owner AND EXISTS (SELECT FROM lease)
-    ), added AS (
-        INSERT INTO agent_messages (id, session_id, user_id, role, content, created_at)
-        SELECT :message, id, :owner, 'user', :content, clock_timestamp() FROM lease
-    )
+    ){added}
     SELECT gate.allowed, gate.name, COALESCE(:timezone, gate.timezone) AS timezone,
            gate.instructions, gate.model, gate.tokens_today,
            EXTRACT(EPOCH FROM gate.base - now())::float8 - :tau AS retry_after_s,
            (SELECT id FROM lease) AS session_id,
            {found} AS session_found,
            (SELECT COALESCE(json_agg(h ORDER BY h.seq), '[]') FROM (
-                SELECT seq, role, content, tool_calls, tool_results FROM agent_messages
+                SELECT seq, id, role, content, tool_calls, tool_results FROM agent_messages
                 WHERE session_id = (SELECT id FROM lease) AND user_id = :owner
                 ORDER BY seq DESC LIMIT :limit
            ) AS h) AS history
     FROM gate
 """
-_OPEN_TURN_IN_SESSION = text(
-    _OPEN_TURN.format(
-        lease="""
-        UPDATE agent_sessions
+_ADD_MESSAGE = """, added AS (
+        INSERT INTO agent_messages (id, session_id, user_id, role, content, created_at)
+        SELECT :message, id, :owner, 'user', :content, clock_timestamp() FROM lease
+    )"""
+_TAKE = """
         SET lease_owner = :turn, lease_expires_at = now() + make_interval(secs => :lease)
-        WHERE id = :session AND user_id = :owner
-          AND (lease_expires_at IS NULL OR lease_expires_at < now())
+        WHERE {where} AND (lease_expires_at IS NULL OR lease_expires_at < now())
           AND (SELECT allowed FROM gate)
-        RETURNING id""",
-        found="EXISTS (SELECT FROM agent_sessions WHERE id = :session AND user_id = :owner)",
-    )
-)
-_OPEN_TURN_IN_NEW_SESSION = text(
-    _OPEN_TURN.format(
-        lease="""
-        INSERT INTO agent_sessions (id, user_id, title, lease_owner, lease_expires_at)
-        SELECT :session, :owner, :title, :turn, now() + make_interval(secs => :lease)
+        RETURNING id"""
+_IN_SESSION = "id = :session AND user_id = :owner"
+_LEASES = {
+    # An existing session of the user's.
+    "session": (f"UPDATE agent_sessions {_TAKE.format(where=_IN_SESSION)}", _IN_SESSION),
+    # A new session; with a chat id, the session bound to it, created on first use
+    # (atomically: two first messages of one chat cannot make two sessions).
+    "new": (
+        """
+        INSERT INTO agent_sessions (id, user_id, title, chat_id, lease_owner, lease_expires_at)
+        SELECT :session, :owner, :title, :chat, :turn, now() + make_interval(secs => :lease)
         FROM gate WHERE gate.allowed
+        ON CONFLICT (user_id, chat_id) WHERE chat_id IS NOT NULL DO UPDATE
+        SET lease_owner = :turn, lease_expires_at = now() + make_interval(secs => :lease)
+        WHERE agent_sessions.lease_expires_at IS NULL OR agent_sessions.lease_expires_at < now()
         RETURNING id""",
-        found="true",
+        None,
+    ),
+}
+_OPEN_TURN_STATEMENTS = {
+    (kind, regenerate): text(
+        _OPEN_TURN.format(
+            lease=lease,
+            found=f"EXISTS (SELECT FROM agent_sessions WHERE {where})" if where else "true",
+            # Regenerating answers the stored last user message again: nothing is added.
+            added="" if regenerate else _ADD_MESSAGE,
+        )
     )
+    for kind, (lease, where) in _LEASES.items()
+    for regenerate in (False, True)
+    if not (kind == "new" and regenerate)
+}
+
+_FIND_CHAT_SESSION = text(
+    """
+    SELECT id FROM agent_sessions
+    WHERE user_id = :owner AND (id = CAST(:session AS uuid) OR chat_id = :chat)
+    ORDER BY id = CAST(:session AS uuid) DESC NULLS LAST
+    LIMIT 1
+    """
 )
 
 _RENEW_LEASE = text(
@@ -198,21 +224,29 @@ async def open_turn(
     *,
     owner: str,
     session_id: uuid.UUID | None,
-    message: str,
+    message: str | None,
     turn_id: uuid.UUID,
     timezone: str | None,
     per_minute: int,
     lease_s: float,
     history: int,
+    chat_id: str | None = None,
 ) -> Opening:
     """Start a turn: admit it, take (or create) the session, store the user message and
-    read the `history` latest messages ending with it, oldest first. One statement."""
+    read the `history` latest messages ending with it, oldest first. One statement.
+
+    The session is `session_id`, else the one bound to `chat_id` (created on first use),
+    else a new one. `message=None` regenerates: the stored last user message is answered
+    again, and the answers it already had are shown to the model only as the tool calls
+    they made (those happened; their words are what is being replaced)."""
     interval = 60.0 / per_minute if per_minute else 0.0
     tau = 60.0 - interval if per_minute else 1e9
     message_id = uuid.uuid4()
+    regenerate = message is None
     params: dict[str, Any] = {
         "owner": owner,
         "session": session_id or uuid.uuid4(),
+        "chat": chat_id,
         "turn": turn_id,
         "lease": lease_s,
         "interval": interval,
@@ -220,13 +254,13 @@ async def open_turn(
         "timezone": timezone,
         "message": message_id,
         "content": message,
-        "limit": history - 1,
+        "title": title_from(message or ""),
+        "limit": history if regenerate else history - 1,
     }
-    if session_id is None:
-        statement, params["title"] = _OPEN_TURN_IN_NEW_SESSION, title_from(message)
-    else:
-        statement = _OPEN_TURN_IN_SESSION
-    row = (await db.execute(statement, params)).first()
+    if regenerate and session_id is None:
+        raise SessionNotFound("There is no message in this chat to answer again.")
+    kind = "new" if session_id is None else "session"
+    row = (await db.execute(_OPEN_TURN_STATEMENTS[kind, regenerate], params)).first()
     if row is None:
         return Opening(started=False, user_found=False)
     if row.session_id is None:
@@ -236,19 +270,47 @@ async def open_turn(
             retry_after_s=max(row.retry_after_s, 0.0),
             session_found=row.session_found,
         )
-    earlier = [(m["role"], m["content"], m["tool_calls"], m["tool_results"]) for m in row.history]
+    earlier: list[HistoryRow] = [
+        (m["role"], m["content"], m["tool_calls"], m["tool_results"]) for m in row.history
+    ]
+    earlier_results: list[dict[str, Any]] = []
+    if message is None:
+        last = max((i for i, m in enumerate(row.history) if m["role"] == "user"), default=None)
+        if last is not None:
+            message_id, message = uuid.UUID(row.history[last]["id"]), earlier[last][1] or ""
+            earlier[last + 1 :] = [(r, None, c, t) for r, _, c, t in earlier[last + 1 :]]
+            answers = earlier[last + 1 :]
+            earlier_results = [r["result"] for *_, results in answers for r in results or ()]
+        history_rows = earlier
+    else:
+        history_rows = [*earlier, ("user", message, None, None)]
     return Opening(
         started=True,
         turn_id=turn_id,
         session_id=row.session_id,
         user_message_id=message_id,
-        history=[*earlier, ("user", message, None, None)],
+        message=message or "",
+        earlier_results=earlier_results,
+        history=history_rows,
         name=row.name,
         timezone=row.timezone,
         instructions=row.instructions,
         model=row.model,
         tokens_today=row.tokens_today,
     )
+
+
+async def find_chat_session(db: AsyncConnection, *, owner: str, chat_id: str) -> uuid.UUID | None:
+    """The user's session that a client's chat id names: the session with that id, else
+    the one bound to it; None when the chat is new. Another user's ids name nothing here."""
+    try:
+        as_uuid: uuid.UUID | None = uuid.UUID(chat_id)
+    except ValueError:
+        as_uuid = None
+    row = (
+        await db.execute(_FIND_CHAT_SESSION, {"owner": owner, "chat": chat_id, "session": as_uuid})
+    ).first()
+    return None if row is None else row[0]
 
 
 async def renew_lease(

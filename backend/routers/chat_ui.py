@@ -1,0 +1,63 @@
+"""Chat for the Vercel AI SDK: `useChat` posts here and reads the UI message stream."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+from fastapi.responses import Response, StreamingResponse
+
+from backend.deps import Agent, Context, CurrentUser, IdempotencyKey
+from backend.models.errors import API_ERRORS, error_responses
+from backend.models.ui import ChatId, UIChatRequest
+from backend.services import ui_stream
+from backend.services.idempotency import check_key
+
+router = APIRouter(prefix="/api/{user_id}/chat/ui", tags=["chat"], responses=API_ERRORS)
+_STREAM = {
+    "description": "The AI SDK UI message stream (v1): `data: {chunk}` server-sent events "
+    "(start, start-step, text-*, tool-input-available, tool-output-*, finish-step, finish "
+    "or error), then `data: [DONE]`.",
+    "content": {"text/event-stream": {}},
+}
+
+
+@router.post(
+    "",
+    operation_id="chatUi",
+    response_class=StreamingResponse,
+    responses={200: _STREAM, **error_responses(409, 429)},
+)
+async def chat_ui(
+    user: CurrentUser,
+    agent: Agent,
+    context: Context,
+    request: UIChatRequest,
+    idempotency_key: IdempotencyKey = None,
+) -> StreamingResponse:
+    """Answer the last user message of an AI SDK `useChat` chat, streamed as UI chunks."""
+    stream = await ui_stream.start_chat(
+        agent=agent,
+        database=context.database,
+        streams=context.ui_streams,
+        identity=user,
+        request=request,
+        idempotency_key=check_key(idempotency_key) if idempotency_key is not None else None,
+    )
+    keepalive_s = context.settings.chat_stream_keepalive_s
+    return StreamingResponse(stream.frames(keepalive_s=keepalive_s), headers=ui_stream.HEADERS)
+
+
+@router.get(
+    "/{chat_id}/stream",
+    operation_id="resumeChatUi",
+    response_class=StreamingResponse,
+    responses={200: _STREAM, 204: {"description": "No turn of this chat is running."}},
+)
+async def resume_chat_ui(
+    user: CurrentUser, context: Context, chat_id: Annotated[ChatId, Path()]
+) -> Response:
+    """The stream of this chat's running turn, told again from its start (`resume: true`)."""
+    stream = context.ui_streams.running(owner=user.user_id, chat_id=chat_id)
+    if stream is None:
+        return Response(status_code=204)
+    keepalive_s = context.settings.chat_stream_keepalive_s
+    return StreamingResponse(stream.frames(keepalive_s=keepalive_s), headers=ui_stream.HEADERS)

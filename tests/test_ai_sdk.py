@@ -1,0 +1,276 @@
+"""The Vercel AI SDK's own client (`ai` 5.0.0, whose chunk schemas are strict, and the
+newest ai 6) against a real `todo-agent serve`: the README's transport (a
+DefaultChatTransport) sends, every chunk is checked by the package's schema, and
+readUIMessageStream assembles the message `useChat` would show. One node run per server
+covers both versions (tests/js/ai-sdk)."""
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.chat_helpers import stored_messages
+from tests.conftest import server_env, token_for
+from tests.fake_openai import FakeOpenAI, call, error, reply, tool_calls
+from tests.node import require_node, run_node
+from tests.servers import ServerProcess
+
+VERSIONS = ["ai5", "ai6"]
+USERS = ["alice", "bob"]
+
+
+CLIENT = Path(__file__).resolve().parent.parent / "clients" / "typescript"
+
+
+@pytest.fixture(scope="module")
+def node() -> str:
+    require_node("typescript", root=CLIENT.parent)  # compiles the README's transport
+    return require_node("ai-sdk")
+
+
+@pytest.fixture(scope="module")
+def with_model(
+    node: str,
+    database_url: str,
+    engine: object,
+    fake_openai_server: FakeOpenAI,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ServerProcess]:
+    env = server_env(database_url, fake_openai_server, OPENAI_MAX_RETRIES="0")
+    log = tmp_path_factory.mktemp("ai-sdk") / "serve.log"
+    with ServerProcess(env | {"CHAT_RATE_LIMIT_PER_MINUTE": "0"}, log=log) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def without_key(
+    node: str, database_url: str, engine: object, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    log = tmp_path_factory.mktemp("ai-sdk-stub") / "serve.log"
+    with ServerProcess(server_env(database_url), log=log) as server:
+        yield server
+
+
+def run(server: ServerProcess, ops: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    tokens = {f"{user}-{v}": token_for(f"{user}-{v}") for user in USERS for v in VERSIONS}
+    stdin = {
+        "baseUrl": server.url,
+        "versions": VERSIONS,
+        "tokens": tokens,
+        "ops": ops,
+        "transportModule": str(CLIENT / "nextjs/lib/chat-transport.ts"),
+        "typescript": str(CLIENT / "package.json"),
+    }
+    results: dict[str, dict[str, Any]] = run_node("ai-sdk", "run.mjs", stdin=stdin)
+    return results
+
+
+def text_of(message: dict[str, Any]) -> str:
+    return "".join(part["text"] for part in message["parts"] if part["type"] == "text")
+
+
+def tool_parts(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return [part for part in message["parts"] if part["type"].startswith("tool-")]
+
+
+def without_ids(value: Any) -> Any:
+    """Task ids and times differ between runs; the rest of a tool output does not."""
+    if isinstance(value, dict):
+        return {
+            k: without_ids(v)
+            for k, v in value.items()
+            if k not in ("id", "created_at", "updated_at", "toolCallId")
+        }
+    if isinstance(value, list):
+        return [without_ids(v) for v in value]
+    return value
+
+
+def test_use_chat_turns_with_tools_regenerate_history_and_errors(
+    with_model: ServerProcess, fake_openai_server: FakeOpenAI
+) -> None:
+    model = fake_openai_server
+    model.clear()
+    for _ in VERSIONS:
+        model.script(
+            reply("Hello! What shall we do?"),  # plain
+            tool_calls(call("add_todo", {"title": "Buy milk", "priority": "high"})),  # tools
+            reply("Added task 1: Buy milk."),
+            tool_calls(call("add_todo", {"title": "Eggs"}), call("add_todo", {"title": "Jam"})),
+            reply("Added eggs and jam."),  # parallel
+            tool_calls(call("complete_todo", {"todo_id": "99"})),  # tool error
+            reply("There is no task 99."),
+            reply("Hi again!"),  # regenerate of plain
+            error(400),  # the model fails: the stub answers
+            reply("Bob's own chat."),  # bob, naming alice's chat id
+        )
+    ops: list[dict[str, Any]] = [
+        {"op": "send", "name": "plain", "user": "alice", "chatId": "c1", "text": "hi"},
+        {"op": "send", "name": "tools", "user": "alice", "chatId": "c2", "text": "add milk"},
+        {"op": "send", "name": "parallel", "user": "alice", "chatId": "c3", "text": "eggs, jam"},
+        {"op": "send", "name": "tool_error", "user": "alice", "chatId": "c4", "text": "do 99"},
+        {"op": "regenerate", "name": "regenerated", "of": "plain"},
+        {
+            "op": "send",
+            "name": "fallback",
+            "user": "alice",
+            "chatId": "c5",
+            "text": "Add a task to call mom",
+        },
+        {"op": "history", "name": "history", "of": "parallel"},
+        {"op": "send", "name": "bob", "user": "bob", "chatId": "c2", "text": "mine?"},
+        {"op": "history", "name": "bob_history", "of": "bob"},
+        {"op": "history", "name": "alice_seen_by_bob", "of": "tools", "user": "bob"},
+        {"op": "send", "name": "unauthorized", "user": "nobody", "chatId": "c6", "text": "hi"},
+        {
+            "op": "send",
+            "name": "forbidden",
+            "user": "bob",
+            "pathUser": "alice",
+            "chatId": "c6",
+            "text": "hi",
+        },
+        {"op": "regenerate", "name": "not_found", "of": "plain", "chatId": "never-used"},
+        {"op": "send", "name": "invalid", "user": "alice", "chatId": "c6", "text": "   "},
+        {"op": "resume", "name": "resume", "user": "alice", "chatId": "c2"},
+    ]
+    results = run(with_model, ops)
+    assert model.pending_steps == 0
+    for version in VERSIONS:
+        check_version(results[version], version)
+    # Both clients assembled the same messages from the same protocol.
+    for name in ("plain", "tools", "parallel", "tool_error", "regenerated", "fallback"):
+        ai5, ai6 = (without_ids(results[v][name]["message"]["parts"]) for v in VERSIONS)
+        assert ai5 == ai6, name
+
+
+def check_version(r: dict[str, dict[str, Any]], version: str) -> None:
+    for name in ("plain", "tools", "parallel", "tool_error", "regenerated", "fallback", "bob"):
+        assert r[name]["status"] == 200, (name, r[name])
+        assert r[name]["errors"] == [], (name, r[name]["errors"])
+        chunks = r[name]["chunks"]
+        assert [chunks[0]["type"], chunks[-1]["type"]] == ["start", "finish"], name
+        assert r[name]["message"]["id"] == chunks[0]["messageId"]
+
+    plain = r["plain"]["message"]
+    assert plain["role"] == "assistant"
+    assert plain["parts"] == [
+        {"type": "step-start"},
+        {"type": "text", "text": "Hello! What shall we do?", "state": "done"},
+    ]
+    assert plain["metadata"]["using_stub"] is False
+    assert set(plain["metadata"]) == {"session_id", "using_stub", "usage"}
+
+    [added] = tool_parts(r["tools"]["message"])
+    assert added["type"] == "tool-add_todo"
+    assert added["state"] == "output-available"
+    assert added["input"] == {"title": "Buy milk", "priority": "high"}
+    assert added["output"]["status"] == "created"
+    assert added["output"]["todo"]["title"] == "Buy milk"
+    assert text_of(r["tools"]["message"]) == "Added task 1: Buy milk."
+
+    parallel = tool_parts(r["parallel"]["message"])
+    assert [p["output"]["todo"]["title"] for p in parallel] == ["Eggs", "Jam"]
+    assert [p["type"] for p in r["parallel"]["message"]["parts"]] == [
+        "step-start",
+        "tool-add_todo",
+        "tool-add_todo",
+        "step-start",
+        "text",
+    ]
+
+    [failed] = tool_parts(r["tool_error"]["message"])
+    assert failed["state"] == "output-error"
+    assert failed["input"] == {"todo_id": "99"}
+    assert "not found" in failed["errorText"]
+
+    regenerated = r["regenerated"]["message"]
+    assert text_of(regenerated) == "Hi again!"
+    assert regenerated["metadata"]["session_id"] == plain["metadata"]["session_id"]
+    assert regenerated["id"] != plain["id"]
+
+    fallback = r["fallback"]["message"]
+    assert fallback["metadata"]["using_stub"] is True
+    assert [p["output"]["todo"]["title"] for p in tool_parts(fallback)] == ["Call mom"]
+    assert "Call mom" in text_of(fallback)
+
+    # History: what readUIMessageStream assembled, and it takes the stored message up again.
+    user, answer = r["history"]["messages"]
+    assert (user["role"], text_of(user)) == ("user", "eggs, jam")
+    assert answer == r["parallel"]["message"]
+    assert r["history"]["reloaded"] == answer
+    # ai 6 also has validateUIMessages (useChat's check of restored messages).
+    assert r["history"]["validated"] is True or version == "ai5"
+
+    # Bob's "c2" is his own chat: a session of his, with none of Alice's messages.
+    assert r["bob"]["message"]["metadata"]["session_id"] != plain["metadata"]["session_id"]
+    assert text_of(r["bob"]["message"]) == "Bob's own chat."
+    assert [text_of(m) for m in r["bob_history"]["messages"]] == ["mine?", "Bob's own chat."]
+    assert r["alice_seen_by_bob"] == {"status": 404}
+
+    # Refused before any stream: the transport throws with our JSON error.
+    assert r["unauthorized"]["status"] == 401
+    assert r["forbidden"]["status"] == 403
+    assert r["not_found"]["status"] == 404
+    assert r["invalid"]["status"] == 422
+    for name in ("unauthorized", "forbidden", "not_found", "invalid"):
+        assert '"detail"' in r[name]["thrown"]
+    assert r["resume"] == {"status": 204, "stream": None}
+
+
+ADD, LIST = "Add a task to buy milk", "Show me all my tasks"
+
+
+def test_use_chat_with_the_stub_when_no_key_is_set(without_key: ServerProcess) -> None:
+    ops: list[dict[str, Any]] = [
+        {"op": "send", "name": ADD, "user": "alice", "chatId": "s", "text": ADD},
+        {"op": "send", "name": "list", "user": "alice", "chatId": "s", "text": LIST, "after": ADD},
+        {"op": "history", "name": "history", "of": "list"},
+    ]
+    results = run(without_key, ops)
+    for version in VERSIONS:
+        r = results[version]
+        for name in (ADD, "list"):
+            assert r[name]["status"] == 200
+            assert r[name]["errors"] == []
+            assert r[name]["message"]["metadata"]["using_stub"] is True
+        [added] = tool_parts(r[ADD]["message"])
+        assert added["type"] == "tool-add_todo"
+        assert added["output"]["todo"]["title"] == "Buy milk"
+        [listed] = tool_parts(r["list"]["message"])
+        assert [t["title"] for t in listed["output"]["todos"]] == ["Buy milk"]
+        assert "Buy milk" in text_of(r["list"]["message"])
+        messages = r["history"]["messages"]
+        assert len(messages) == 4
+        assert messages[1] == r[ADD]["message"]
+        assert messages[3] == r["list"]["message"]
+
+
+async def test_a_client_that_hangs_up_mid_answer_does_not_stop_the_turn(
+    with_model: ServerProcess, fake_openai_server: FakeOpenAI
+) -> None:
+    model = fake_openai_server
+    model.clear()
+    model.script(reply("one two three four five six", chunk_interval_s=0.1))
+    headers = {"Authorization": f"Bearer {token_for('carol')}"}
+    payload = {
+        "id": "hang-up",
+        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "count"}]}],
+        "trigger": "submit-message",
+    }
+    async with httpx.AsyncClient(base_url=with_model.url, headers=headers) as client:
+        async with client.stream("POST", "/api/carol/chat/ui", json=payload) as response:
+            async for line in response.aiter_lines():
+                if '"text-delta"' in line:
+                    break  # hang up after the first piece of text
+        sessions = (await client.get("/api/carol/sessions")).json()["data"]
+        stored: list[dict[str, Any]] = []
+        for _ in range(50):
+            stored = await stored_messages(client, sessions[0]["id"], user="carol")
+            if len(stored) == 2:
+                break
+            await asyncio.sleep(0.1)
+    assert [m["content"] for m in stored] == ["count", "one two three four five six"]

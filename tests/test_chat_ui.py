@@ -166,8 +166,9 @@ async def test_regenerate_answers_the_stored_message_again_without_storing_it_tw
     assert stored[2]["content"] == "I added task 1: Buy milk."
     # The model saw the tools that ran, not the words being replaced.
     seen = model.requests[-1].messages
-    assert [m["role"] for m in seen] == ["system", "user", "assistant", "tool"]
-    assert seen[1]["content"] == "add milk"
+    # (the service's rules, then the user's context: two system messages)
+    assert [m["role"] for m in seen] == ["system", "system", "user", "assistant", "tool"]
+    assert seen[2]["content"] == "add milk"
 
 
 async def test_regenerating_a_stub_answer_does_not_do_its_tools_again(

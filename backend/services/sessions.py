@@ -161,16 +161,21 @@ async def latest_messages(
     return rows, next_cursor
 
 
+def stored_usage(row: AgentMessage) -> Usage | None:
+    """The tokens a stored answer cost, as the chat answer reported them (None: none recorded)."""
+    if row.prompt_tokens is None and row.completion_tokens is None:
+        return None
+    prompt, completion = row.prompt_tokens or 0, row.completion_tokens or 0
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=prompt + completion,
+        cached_tokens=row.cached_tokens or 0,
+    )
+
+
 def _message(row: AgentMessage) -> MessagePublic:
-    usage = None
-    if row.prompt_tokens is not None or row.completion_tokens is not None:
-        prompt, completion = row.prompt_tokens or 0, row.completion_tokens or 0
-        usage = Usage(
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            total_tokens=prompt + completion,
-            cached_tokens=row.cached_tokens or 0,
-        )
+    usage = stored_usage(row)
     return MessagePublic(
         id=row.id,
         role=row.role,  # type: ignore[arg-type]

@@ -25,11 +25,12 @@ from typing import Any
 from backend.auth import Identity
 from backend.db import Database
 from backend.models.chat import ChatRequest
-from backend.models.session import AgentMessage
+from backend.models.session import AgentMessage, Usage
 from backend.models.ui import UIChatRequest, UIMessagePublic
 from backend.services import turns
 from backend.services.agent import OpenAIAgentService, Turn
 from backend.services.idempotency import Replay
+from backend.services.sessions import stored_usage
 from backend.services.tools import error
 
 HEADERS = {
@@ -255,12 +256,7 @@ def _ui_message(row: AgentMessage, session_id: str) -> UIMessagePublic:
         if row.tool_calls and not row.using_stub:
             parts.append({"type": "step-start"})
         parts.append({"type": "text", "text": row.content, "state": "done"})
-    prompt, completion = row.prompt_tokens or 0, row.completion_tokens or 0
-    usage = {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
+    usage = (stored_usage(row) or Usage()).model_dump()
     return UIMessagePublic(
         id=str(row.id),
         role="assistant",

@@ -221,13 +221,15 @@ export interface paths {
         };
         /**
          * List Tasks
-         * @description List the user's tasks in number order, filtered, with the total count.
+         * @description List the user's tasks in number order, filtered, with the total count and each
+         *     task's progress through its steps.
          */
         get: operations["listTasks"];
         put?: never;
         /**
          * Create Task
-         * @description Create a task; it gets the user's next task number.
+         * @description Create a task (with `steps`, or as a step of `parent_id`); it gets the user's next
+         *     task number.
          */
         post: operations["createTask"];
         delete?: never;
@@ -245,7 +247,7 @@ export interface paths {
         };
         /**
          * Get Task
-         * @description Get one task by UUID or number.
+         * @description Get one task by UUID or number, with its steps in order.
          */
         get: operations["getTask"];
         /**
@@ -256,7 +258,7 @@ export interface paths {
         post?: never;
         /**
          * Delete Task
-         * @description Delete a task; its number is not reused.
+         * @description Delete a task and its steps; numbers are not reused.
          */
         delete: operations["deleteTask"];
         options?: never;
@@ -283,9 +285,34 @@ export interface paths {
         head?: never;
         /**
          * Complete Task
-         * @description Set `completed`, or toggle it when no body is sent.
+         * @description Set `completed`, or toggle it when no body is sent. Steps are left as they are.
          */
         patch: operations["completeTask"];
+        trace?: never;
+    };
+    "/api/{user_id}/settings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Settings
+         * @description The user's settings, with the models they may choose from.
+         */
+        get: operations["getSettings"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Update Settings
+         * @description Change the settings sent; `null` returns one to its default. Instructions are the
+         *     user's preferences: the service's own rules stay above them.
+         */
+        patch: operations["updateSettings"];
         trace?: never;
     };
 }
@@ -459,6 +486,70 @@ export interface components {
              * @description ISO 8601 date or date-time; naive values are read in your timezone.
              */
             due_at?: string | null;
+            /**
+             * Parent Id
+             * @description Make this task a step of that top-level task (its UUID or number).
+             */
+            parent_id?: string | number | null;
+            /**
+             * Steps
+             * @description Titles of steps to create with the task, in order (same transaction).
+             */
+            steps?: string[];
+        };
+        /**
+         * TaskDetail
+         * @description A task read alone: with its steps, in order.
+         */
+        TaskDetail: {
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /** Number */
+            number: number;
+            /** Title */
+            title: string;
+            /** Description */
+            description: string | null;
+            /** Completed */
+            completed: boolean;
+            /** Completed At */
+            completed_at: string | null;
+            /** Due At */
+            due_at: string | null;
+            /**
+             * Priority
+             * @enum {string}
+             */
+            priority: "low" | "medium" | "high";
+            /** Tags */
+            tags: string[];
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+            /** Parent Id */
+            parent_id: string | null;
+            /**
+             * Steps Done
+             * @default 0
+             */
+            steps_done?: number;
+            /**
+             * Steps Total
+             * @default 0
+             */
+            steps_total?: number;
+            /** Steps */
+            steps?: components["schemas"]["TaskPublic"][];
         };
         /** TaskPublic */
         TaskPublic: {
@@ -496,6 +587,18 @@ export interface components {
              * Format: date-time
              */
             updated_at: string;
+            /** Parent Id */
+            parent_id: string | null;
+            /**
+             * Steps Done
+             * @default 0
+             */
+            steps_done?: number;
+            /**
+             * Steps Total
+             * @default 0
+             */
+            steps_total?: number;
         };
         /**
          * TaskUpdate
@@ -632,6 +735,56 @@ export interface components {
              * @default 0
              */
             total_tokens?: number;
+            /**
+             * Cached Tokens
+             * @default 0
+             */
+            cached_tokens?: number;
+        };
+        /** UserSettingsPublic */
+        UserSettingsPublic: {
+            /** Display Name */
+            display_name: string | null;
+            /** Timezone */
+            timezone: string;
+            /** Instructions */
+            instructions: string | null;
+            /**
+             * Model
+             * @description The model your turns use.
+             */
+            model: string;
+            /**
+             * Models
+             * @description The models you may choose from.
+             */
+            models: string[];
+        };
+        /**
+         * UserSettingsUpdate
+         * @description A partial update: only the fields sent change; `null` returns a field to its default.
+         */
+        UserSettingsUpdate: {
+            /**
+             * Display Name
+             * @description How the assistant addresses you; null: the sign-in name.
+             */
+            display_name?: string | null;
+            /**
+             * Timezone
+             * @description IANA name, e.g. Europe/Berlin.
+             */
+            timezone?: string;
+            /**
+             * Instructions
+             * @description Standing preferences for the assistant (at most 2,000 characters), e.g. "answer in Portuguese". They never override the service's own rules.
+             */
+            instructions?: string | null;
+            /**
+             * Model
+             * @description One of `models`; null: the service's default.
+             */
+            model?: string | null;
         };
         /**
          * ValidationIssue
@@ -1644,6 +1797,10 @@ export interface operations {
                 priority?: ("low" | "medium" | "high") | null;
                 tag?: string | null;
                 due?: ("overdue" | "today" | "week") | null;
+                /** @description Only the steps of this task (number or UUID). */
+                parent?: string | null;
+                /** @description Only tasks that are not steps. */
+                top_level?: boolean;
                 limit?: number;
                 offset?: number;
             };
@@ -1757,7 +1914,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["TaskPublic"];
+                    "application/json": components["schemas"]["TaskDetail"];
                 };
             };
             /** @description The request body could not be read (for example, not UTF-8). */
@@ -1856,7 +2013,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["TaskPublic"];
+                    "application/json": components["schemas"]["TaskDetail"];
                 };
             };
             /** @description The request body could not be read (for example, not UTF-8). */
@@ -2227,6 +2384,188 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TaskPublic"];
+                };
+            };
+            /** @description The request body could not be read (for example, not UTF-8). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Missing, invalid or expired bearer token. */
+            401: {
+                headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The user id in the path is not the signed-in user. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No such session or task for this user. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Validation failed: a list of problems, or one sentence. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The database or identity provider is unavailable. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    getSettings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserSettingsPublic"];
+                };
+            };
+            /** @description The request body could not be read (for example, not UTF-8). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Missing, invalid or expired bearer token. */
+            401: {
+                headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The user id in the path is not the signed-in user. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No such session or task for this user. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Validation failed: a list of problems, or one sentence. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The database or identity provider is unavailable. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    updateSettings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UserSettingsUpdate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserSettingsPublic"];
                 };
             };
             /** @description The request body could not be read (for example, not UTF-8). */

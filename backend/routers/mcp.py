@@ -3,6 +3,7 @@ resource server: a bearer token verified like the API's, and the RFC 9728 metada
 tells a client which authorization server issues those tokens."""
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -20,6 +21,8 @@ from backend.errors import DomainError, InvalidToken, error_response
 from backend.models.mcp import ProtectedResourceMetadata
 from backend.services.mcp import IDENTITY_KEY, TodoMcp
 from backend.settings import Settings
+
+logger = logging.getLogger("todo_agent.mcp")
 
 PATH = "/mcp"
 METADATA_PATH = "/.well-known/oauth-protected-resource" + PATH
@@ -60,6 +63,8 @@ class McpEndpoint:
     with the caller's identity on the request."""
 
     def __init__(self, settings: Settings) -> None:
+        if settings.is_production and not settings.public_base_url:
+            logger.warning("no PUBLIC_BASE_URL: /mcp answers only requests to loopback hosts")
         self._settings = settings
         self._security = transport_security(settings)
         self._guard = TransportSecurityMiddleware(self._security)
@@ -121,6 +126,10 @@ class McpEndpoint:
             return
         except DomainError as failure:  # the identity provider is down: 503, Retry-After
             await error_response(failure)(scope, receive, send)
+            return
+        except Exception:  # a token we cannot check is refused, never a 500
+            logger.exception("token verification failed")
+            await _unauthorized(InvalidToken(), base, token_sent=True)(scope, receive, send)
             return
         await self._manager.handle_request(scope, receive, send)
 

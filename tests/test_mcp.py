@@ -434,9 +434,11 @@ async def test_host_and_origin_are_checked_against_the_public_url(
 async def test_mcp_has_no_redirect_and_unknown_paths_keep_the_json_404(app: FastAPI) -> None:
     async with rest(app) as http:
         at_mcp = await http.post("/mcp", json=INITIALIZE, headers={**MCP_HEADERS, **auth("a")})
+        stream = await http.get("/mcp", headers={**MCP_HEADERS, **auth("a")})
         below = await http.get("/mcp/anything")
         unknown = await http.get("/nowhere")
     assert at_mcp.status_code == 200
+    assert stream.status_code == 405  # stateless: no stream to open
     for response in (below, unknown):
         assert response.status_code == 404
         assert response.json() == {"detail": "Not Found"}

@@ -111,6 +111,12 @@ class McpEndpoint:
         if refused is not None:
             await refused(scope, receive, send)
             return
+        if scope["method"] == "GET":
+            # Stateless: there is nothing to push, and the SDK would hold the stream open.
+            await JSONResponse({"detail": "Method Not Allowed."}, 405, headers={"Allow": "POST"})(
+                scope, receive, send
+            )
+            return
         if self._manager is None:  # the app is not running (or shutting down)
             await JSONResponse({"detail": "Not serving."}, 503)(scope, receive, send)
             return

@@ -192,20 +192,24 @@ class TokenVerifier:
             else None
         )
 
-    async def verify(self, token: str) -> Identity:
+    async def verify(self, token: str, *, audience: str | None = None) -> Identity:
+        """The token's identity; `audience` (default JWT_AUDIENCE) is the `aud` it must
+        carry, when there is one to check."""
+        audience = audience or self._settings.jwt_audience
         if not token or len(token) > MAX_TOKEN_CHARS:
             raise InvalidToken()
         if self._jwks is not None and self._jwks.generation != self._verified_generation:
             self._verified.clear()  # keys were rotated: what they verified is checked again
             self._verified_generation = self._jwks.generation
-        key = hashlib.sha256(token.encode()).digest()
+        # A token verified for one audience is not thereby verified for another.
+        key = hashlib.sha256(f"{audience or ''}\n{token}".encode()).digest()
         if (known := self._verified.get(key)) is not None:
             return known
-        identity, exp = await self._verify(token)
+        identity, exp = await self._verify(token, audience)
         self._verified.put(key, identity, until=exp + self._settings.jwt_leeway_s)
         return identity
 
-    async def _verify(self, token: str) -> tuple[Identity, float]:
+    async def _verify(self, token: str, audience: str | None) -> tuple[Identity, float]:
         try:
             header = jwt.get_unverified_header(token)
         except (JOSEError, ValueError, TypeError) as error:
@@ -223,7 +227,7 @@ class TokenVerifier:
             raise InvalidToken() from error
         if not isinstance(claims, dict):
             raise InvalidToken()
-        return self._validate_claims(claims), claims["exp"]
+        return self._validate_claims(claims, audience), claims["exp"]
 
     def _verify_hmac(self, token: str, algorithm: str) -> bytes:
         if self._secret is None:
@@ -253,7 +257,7 @@ class TokenVerifier:
             raise InvalidToken() from error
         return payload
 
-    def _validate_claims(self, claims: dict[str, Any]) -> Identity:
+    def _validate_claims(self, claims: dict[str, Any], audience: str | None) -> Identity:
         now = time.time()
         leeway = self._settings.jwt_leeway_s
         exp = claims.get("exp")
@@ -269,10 +273,10 @@ class TokenVerifier:
             raise InvalidToken("Token issued in the future.")
         if self._settings.jwt_issuer and claims.get("iss") != self._settings.jwt_issuer:
             raise InvalidToken("Token issuer not accepted.")
-        if self._settings.jwt_audience:
-            audience = claims.get("aud")
-            audiences = audience if isinstance(audience, list) else [audience]
-            if self._settings.jwt_audience not in audiences:
+        if audience:
+            carried = claims.get("aud")
+            audiences = carried if isinstance(carried, list) else [carried]
+            if audience not in audiences:
                 raise InvalidToken("Token audience not accepted.")
         subject = claims.get("sub")
         if (

@@ -128,7 +128,7 @@ def token(args: argparse.Namespace) -> None:
             email=args.email,
             name=args.name,
             issuer=settings.jwt_issuer,
-            audience=settings.jwt_audience,
+            audience=args.audience or settings.jwt_audience,
         )
     )
 
@@ -151,6 +151,9 @@ def main(argv: list[str] | None = None) -> None:
     token_parser.add_argument("--ttl", type=int, default=3600, help="seconds (default 3600)")
     token_parser.add_argument("--email")
     token_parser.add_argument("--name")
+    token_parser.add_argument(
+        "--audience", help="the aud claim (default JWT_AUDIENCE); for /mcp: MCP_JWT_AUDIENCE"
+    )
     token_parser.set_defaults(run=token)
 
     chat_parser = commands.add_parser("chat", help="chat with a running service in the terminal")

@@ -32,8 +32,8 @@ _RECORD_ATTRIBUTES = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__d
     "color_message",  # uvicorn's ANSI-coloured copy of the message
 }
 # Libraries that log routine detail at INFO: a line per outgoing HTTP call (the model,
-# JWKS), the embedded PostgreSQL's command lines.
-_CHATTY_LOGGERS = ("httpx", "httpx2", "httpcore", "pgserver", "alembic.runtime.plugins")
+# JWKS), the embedded PostgreSQL's command lines, the MCP SDK's transport per request.
+_CHATTY_LOGGERS = ("httpx", "httpx2", "httpcore", "pgserver", "alembic.runtime.plugins", "mcp")
 
 _agent_logger = logging.getLogger("todo_agent.agent")
 

@@ -2,7 +2,7 @@
 
 import gc
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -13,7 +13,7 @@ from backend.errors import install_error_handlers
 from backend.logs import configure_logging
 from backend.metrics import release_process_metrics
 from backend.middleware import RequestMiddleware
-from backend.routers import chat, chat_ui, dev, health, metrics, sessions, tasks, web
+from backend.routers import chat, chat_ui, dev, health, mcp, metrics, sessions, tasks, web
 from backend.routers import settings as user_settings
 from backend.settings import Settings, load_settings
 
@@ -33,6 +33,7 @@ class _App(FastAPI):
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     configure_logging(settings.log_level)
+    mcp_endpoint = mcp.McpEndpoint(settings) if settings.mcp_enabled else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -44,7 +45,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         gc.collect()
         gc.freeze()
         try:
-            yield
+            async with AsyncExitStack() as serving:
+                if mcp_endpoint is not None:
+                    await serving.enter_async_context(mcp_endpoint.run(context))
+                yield
         finally:
             await context.close()
             gc.unfreeze()
@@ -63,8 +67,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             CORSMiddleware,
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST", "PATCH", "PUT", "DELETE", "OPTIONS"],
-            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "X-Request-ID"],
-            expose_headers=["Retry-After", "X-Request-ID"],
+            allow_headers=[
+                "Authorization",
+                "Content-Type",
+                "Idempotency-Key",
+                "X-Request-ID",
+                *mcp.CORS_REQUEST_HEADERS,
+            ],
+            expose_headers=["Retry-After", "X-Request-ID", *mcp.CORS_RESPONSE_HEADERS],
             max_age=600,
         )
     for module in (health, metrics, chat, chat_ui, sessions, tasks, user_settings):
@@ -76,4 +86,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.router.routes.extend(dev.router.routes)
     if settings.web_ui_enabled:
         web.install(app, settings)
+    if mcp_endpoint is not None:
+        app.router.routes.extend([*mcp.router.routes, *mcp.routes(mcp_endpoint)])
     return app

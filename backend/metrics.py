@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Literal
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -62,8 +63,9 @@ STUB_FALLBACKS = Counter(
 )
 TOOL_CALLS = Counter(
     "todo_agent_tool_calls_total",
-    "Tool calls carried out (model and stub), by tool and outcome (ok, error).",
-    ["tool", "outcome"],
+    "Tool calls carried out, by tool, outcome (ok, error) and who called: agent (the model "
+    "or the stub in a chat turn) or mcp (a client of /mcp).",
+    ["tool", "outcome", "via"],
 )
 CHAT_TURNS = Counter(
     "todo_agent_chat_turns_total",
@@ -113,9 +115,9 @@ def record_stub_fallback(reason: str) -> None:
     STUB_FALLBACKS.labels(failure_kind(reason)).inc()
 
 
-def record_tool_call(tool: str, *, ok: bool) -> None:
+def record_tool_call(tool: str, *, ok: bool, via: Literal["agent", "mcp"] = "agent") -> None:
     """`tool` must come from a fixed set (the known tool names, or "unknown")."""
-    TOOL_CALLS.labels(tool, "ok" if ok else "error").inc()
+    TOOL_CALLS.labels(tool, "ok" if ok else "error", via).inc()
 
 
 @dataclass

@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     jwt_jwks_cache_s: float = Field(default=3600.0, gt=0)
 
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # The URL clients reach the service at: names the MCP resource, and its host is an
+    # allowed Host header at /mcp (besides loopback ones).
+    public_base_url: str | None = None
     max_request_bytes: int = Field(default=64 * 1024, ge=1024)
 
     chat_rate_limit_per_minute: int = Field(default=30, ge=0)
@@ -67,6 +70,11 @@ class Settings(BaseSettings):
     chat_session_lease_s: float = Field(default=120.0, gt=0)
     chat_stream_keepalive_s: float = Field(default=15.0, gt=0)
     idempotency_ttl_s: int = Field(default=24 * 3600, gt=0)
+
+    mcp_enabled: bool = True
+    # The audience MCP tokens must carry (default `<PUBLIC_BASE_URL>/mcp`); checked when
+    # this or JWT_AUDIENCE is set.
+    mcp_jwt_audience: str | None = None
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     shutdown_grace_s: float = Field(default=30.0, ge=0)
@@ -85,6 +93,11 @@ class Settings(BaseSettings):
     @classmethod
     def _level_name(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
+
+    @field_validator("public_base_url")
+    @classmethod
+    def _no_trailing_slash(cls, value: str | None) -> str | None:
+        return value.rstrip("/") or None if value else None
 
     @field_validator("database_url")
     @classmethod

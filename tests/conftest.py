@@ -26,9 +26,10 @@ _TABLES = "agent_messages, agent_sessions, tasks, idempotency_keys, users"
 
 # The service reads these from the environment; a developer's shell must not leak into tests.
 for _name in list(os.environ):
-    if _name.startswith(("OPENAI_", "JWT_", "AGENT_", "CHAT_", "CORS_")) or _name in (
+    if _name.startswith(("OPENAI_", "JWT_", "AGENT_", "CHAT_", "CORS_", "MCP_")) or _name in (
         "DATABASE_URL",
         "ENVIRONMENT",
+        "PUBLIC_BASE_URL",
     ):
         del os.environ[_name]
 

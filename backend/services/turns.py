@@ -210,6 +210,59 @@ _FINISH = text(
 )
 
 
+# A tool call from outside a turn (an MCP client) passes the same gate as a turn: one
+# unit of the user's CHAT_RATE_LIMIT_PER_MINUTE. Also reads what the tools need to know.
+_ADMIT_CALL = text(
+    """
+    WITH gate AS (
+        SELECT name, timezone,
+               GREATEST(COALESCE(chat_tat, now()), now()) AS base,
+               GREATEST(COALESCE(chat_tat, now()), now()) - now()
+                   <= make_interval(secs => :tau) AS allowed
+        FROM users WHERE id = :owner FOR NO KEY UPDATE
+    ), admitted AS (
+        UPDATE users SET chat_tat = (SELECT base FROM gate) + make_interval(secs => :interval)
+        WHERE id = :owner AND (SELECT allowed FROM gate)
+    )
+    SELECT allowed, name, timezone,
+           EXTRACT(EPOCH FROM base - now())::float8 - :tau AS retry_after_s
+    FROM gate
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A single tool call let through (or not), and the user's name and timezone."""
+
+    allowed: bool
+    retry_after_s: float
+    name: str | None
+    timezone: str
+
+
+def _gcra(per_minute: int) -> tuple[float, float]:
+    """GCRA's emission interval and burst tolerance, in seconds, for `per_minute` (0: none)."""
+    interval = 60.0 / per_minute if per_minute else 0.0
+    return interval, (60.0 - interval if per_minute else 1e9)
+
+
+async def admit_call(db: AsyncConnection, *, owner: str, per_minute: int) -> Admission | None:
+    """Let one tool call through the user's rate limit; None when there is no such user."""
+    interval, tau = _gcra(per_minute)
+    row = (
+        await db.execute(_ADMIT_CALL, {"owner": owner, "interval": interval, "tau": tau})
+    ).first()
+    if row is None:
+        return None
+    return Admission(
+        allowed=row.allowed,
+        retry_after_s=max(row.retry_after_s, 0.0),
+        name=row.name,
+        timezone=row.timezone,
+    )
+
+
 def title_from(message: str) -> str:
     """A session title from its first message: the first line, cut at a word boundary."""
     line = " ".join(message.split())
@@ -239,8 +292,7 @@ async def open_turn(
     else a new one. `message=None` regenerates: the stored last user message is answered
     again, and the answers it already had are shown to the model only as the tool calls
     they made (those happened; their words are what is being replaced)."""
-    interval = 60.0 / per_minute if per_minute else 0.0
-    tau = 60.0 - interval if per_minute else 1e9
+    interval, tau = _gcra(per_minute)
     message_id = uuid.uuid4()
     regenerate = message is None
     params: dict[str, Any] = {

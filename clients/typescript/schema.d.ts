@@ -315,6 +315,26 @@ export interface paths {
         patch: operations["updateSettings"];
         trace?: never;
     };
+    "/.well-known/oauth-protected-resource/mcp": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Resource Metadata
+         * @description RFC 9728 metadata of the MCP server at /mcp: who issues its tokens.
+         */
+        get: operations["mcpResourceMetadata"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -416,6 +436,34 @@ export interface components {
             data: components["schemas"]["MessagePublic"][];
             /** Next Cursor */
             next_cursor: string | null;
+        };
+        /**
+         * ProtectedResourceMetadata
+         * @description RFC 9728 OAuth 2.0 Protected Resource Metadata.
+         */
+        ProtectedResourceMetadata: {
+            /**
+             * Resource
+             * @description The MCP server's URL: the audience of its tokens.
+             */
+            resource: string;
+            /**
+             * Authorization Servers
+             * @description Issuers of tokens for this resource (JWT_ISSUER).
+             */
+            authorization_servers?: string[] | null;
+            /**
+             * Bearer Methods Supported
+             * @default [
+             *       "header"
+             *     ]
+             */
+            bearer_methods_supported?: string[];
+            /**
+             * Resource Name
+             * @default todo-agent
+             */
+            resource_name?: string;
         };
         /** Readiness */
         Readiness: {
@@ -2633,6 +2681,26 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    mcpResourceMetadata: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProtectedResourceMetadata"];
                 };
             };
         };

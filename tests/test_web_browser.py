@@ -237,8 +237,9 @@ async def test_a_plan_shows_its_progress_and_its_steps_tick_off(person: Person) 
     await expect(expanded).to_be_focused()  # the keyboard keeps its place
     await expect(expanded).to_have_attribute("aria-expanded", "true")
 
-    await person.page.get_by_label("Complete step 2: Book the van").check()
+    await person.page.get_by_label("Complete step 2: Book the van").press("Space")
     await expect(tasks.locator(".progress")).to_have_text("1/3 steps")
+    await expect(person.page.get_by_label("Reopen step 2: Book the van")).to_be_focused()
     await expect(steps.first).to_have_class(re.compile(r"\bdone\b"))
     assert (await person.api("GET", "/tasks/2")).json()["completed"] is True
 
@@ -251,6 +252,12 @@ async def test_a_plan_shows_its_progress_and_its_steps_tick_off(person: Person) 
     await person.page.get_by_role("button", name="Delete step 3: Pack boxes").click()
     await expect(tasks.locator(".progress")).to_have_text("1/3 steps")
     assert (await person.api("GET", "/tasks/3")).status_code == 404
+
+    await person.page.set_viewport_size({"width": 390, "height": 844})
+    await person.page.get_by_role("button", name="Tasks", exact=True).click()
+    await expect(person.page.get_by_label("New step for task 1")).to_be_in_viewport()
+    assert await person.page.evaluate("document.documentElement.scrollWidth") <= 390
+    await person.shot("phone-plan")
 
 
 async def test_the_settings_panel_saves_instructions_and_model(person: Person) -> None:

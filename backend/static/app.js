@@ -311,7 +311,10 @@ function taskItem(task, { step = false } = {}) {
     attrs: { type: "checkbox", "aria-label": `${task.completed ? "Reopen" : "Complete"} ${kind} ${task.number}: ${task.title}` },
   });
   check.checked = task.completed;
-  check.addEventListener("change", () => changeTask(() => state.api.completeTask(task.id, check.checked)));
+  check.addEventListener("change", () => {
+    state.refocus = `[data-id="${CSS.escape(task.id)}"] > .row input[type="checkbox"]`; // keep the keyboard's place
+    changeTask(() => state.api.completeTask(task.id, check.checked));
+  });
   const remove = el("button", {
     className: "icon delete",
     text: "✕",
@@ -367,6 +370,7 @@ async function showSteps(item, task) {
   try {
     const full = await state.api.task(task.id);
     list.replaceChildren(...full.steps.map((s) => taskItem(s, { step: true })));
+    focusPending(list);
   } catch (error) {
     showError(error);
   }
@@ -380,6 +384,16 @@ async function showSteps(item, task) {
   item.append(form);
 }
 
+/** Focus what state.refocus names once it is drawn (steps are drawn a moment after their task). */
+function focusPending(container) {
+  // Only focus that the redraw itself took away: never pull it from where the person moved it.
+  if (document.activeElement && document.activeElement !== document.body) state.refocus = null;
+  const target = state.refocus && container.querySelector(state.refocus);
+  if (!target) return;
+  target.focus();
+  state.refocus = null;
+}
+
 let tasksRequest = 0;
 async function refreshTasks() {
   if (!state.api) return;
@@ -391,8 +405,7 @@ async function refreshTasks() {
     list.replaceChildren(...page.data.map((task) => taskItem(task)));
     if (!page.data.length) list.append(el("li", { className: "empty", text: "No tasks here yet." }));
     $("#task-count").textContent = `(${page.count})`;
-    if (state.refocus) list.querySelector(state.refocus)?.focus();
-    state.refocus = null;
+    focusPending(list);
   } catch (error) {
     showError(error);
   }

@@ -110,6 +110,9 @@ class Person:
         await self.page.get_by_label("Your name").fill(self.name)
         await self.page.get_by_role("button", name="Sign in").click()
         await expect(self.page.locator("#who-name")).to_have_text(self.name)
+        # The task list drawn: the first API call is answered, so the user's row exists
+        # (tests that arrange data straight in the database rely on it).
+        await expect(self.page.locator("#task-count")).to_have_text(re.compile(r"\(\d+\)"))
         saved = await self.page.evaluate("sessionStorage.getItem('todo-agent.session')")
         self.token, self.user_id = json.loads(saved)["token"], json.loads(saved)["userId"]
 

@@ -250,6 +250,7 @@ async def test_a_plan_shows_its_progress_and_its_steps_tick_off(person: Person) 
     await person.page.get_by_label("New step for task 1").press("Enter")
     await expect(tasks.locator(".progress")).to_have_text("1/4 steps")
     await expect(steps.last.locator(".title")).to_have_text("Forward the mail")
+    await expect(person.page.get_by_label("New step for task 1")).to_be_focused()
     await person.shot("plan-with-steps")
 
     await person.page.get_by_role("button", name="Delete step 3: Pack boxes").click()

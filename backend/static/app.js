@@ -370,7 +370,6 @@ async function showSteps(item, task) {
   try {
     const full = await state.api.task(task.id);
     list.replaceChildren(...full.steps.map((s) => taskItem(s, { step: true })));
-    focusPending(list);
   } catch (error) {
     showError(error);
   }
@@ -379,9 +378,11 @@ async function showSteps(item, task) {
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     if (!input.value.trim()) return;
+    state.refocus = `[data-id="${CSS.escape(task.id)}"] .add-step input`; // ready for the next step
     changeTask(() => state.api.addStep(task.id, input.value.trim()));
   });
   item.append(form);
+  focusPending(item);
 }
 
 /** Focus what state.refocus names once it is drawn (steps are drawn a moment after their task). */

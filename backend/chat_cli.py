@@ -30,7 +30,9 @@ from backend.services.dev_sign_in import mint_dev_token
 from backend.settings import ConfigError, Settings
 
 DEFAULT_URL = "http://127.0.0.1:8000"
-HELP = "/tasks  your tasks · /sessions  past chats · /open ID  continue one · /new · /quit"
+HELP = (
+    "/tasks  your tasks · /sessions  past chats · /open ID  continue one · /settings · /new · /quit"
+)
 Event = Callable[[str, dict[str, Any]], None]
 
 
@@ -172,7 +174,17 @@ class Service:
         raise ChatError("The answer ended early; the message is stored, see /sessions.")
 
     def tasks(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._send("GET", "/tasks", params={"limit": 100})
+        params = {"limit": 100, "top_level": "true"}
+        result: dict[str, Any] = self._send("GET", "/tasks", params=params)
+        return result
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        """One task, with its steps in order."""
+        result: dict[str, Any] = self._send("GET", f"/tasks/{task_id}")
+        return result
+
+    def settings(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._send("GET", "/settings")
         return result
 
     def sessions(self) -> dict[str, Any]:
@@ -245,15 +257,31 @@ class Chat:
         if not page["data"]:
             self.info.print("No tasks yet.")
             return
-        table = Table("#", "task", "due", "priority", "done", title=f"your tasks ({page['count']})")
+        table = Table(
+            "#", "task", "steps", "due", "priority", "done", title=f"your tasks ({page['count']})"
+        )
+
+        def row(task: dict[str, Any], title: Text, steps: str = "") -> None:
+            due = (task["due_at"] or "")[:16].replace("T", " ")
+            done = "✓" if task["completed"] else ""
+            table.add_row(str(task["number"]), title, steps, due, task["priority"], done)
+
         for task in page["data"]:
-            table.add_row(
-                str(task["number"]),
-                Text(task["title"]),
-                (task["due_at"] or "")[:16].replace("T", " "),
-                task["priority"],
-                "✓" if task["completed"] else "",
-            )
+            if not task["steps_total"]:
+                row(task, Text(task["title"]))
+                continue
+            row(task, Text(task["title"]), f"{task['steps_done']}/{task['steps_total']}")
+            for step in self.service.task(task["id"])["steps"]:
+                row(step, Text.assemble(("  └ ", "dim"), step["title"]))
+        self.info.print(table)
+
+    def show_settings(self) -> None:
+        settings = self.service.settings()
+        table = Table("setting", "value", title="your settings (change them on the web page)")
+        table.add_row("display name", Text(settings["display_name"] or "(your sign-in name)"))
+        table.add_row("timezone", settings["timezone"])
+        table.add_row("model", f"{settings['model']} (of {', '.join(settings['models'])})")
+        table.add_row("instructions", Text(settings["instructions"] or "(none)"))
         self.info.print(table)
 
     def show_sessions(self) -> None:
@@ -291,6 +319,8 @@ class Chat:
                 self.show_tasks()
             case "/sessions":
                 self.show_sessions()
+            case "/settings":
+                self.show_settings()
             case "/new":
                 self.session_id = None
                 self.info.print("New chat.")

@@ -110,6 +110,34 @@ def test_a_scripted_session_uses_the_commands(
     assert len(model.requests) == 3
 
 
+def test_tasks_show_steps_under_their_plan_and_settings_are_shown(
+    server: ServerProcess, name: str
+) -> None:
+    user = dev_user_id(name)
+    api = httpx.Client(base_url=f"{server.url}/api/{user}", headers=auth(user))
+    plan = {"title": "Move house", "steps": ["Book the van", "Pack boxes"]}
+    assert api.post("/tasks", json=plan).status_code == 201
+    assert api.post("/tasks", json={"title": "Call mom"}).status_code == 201
+    assert api.patch("/tasks/2/complete", json={"completed": True}).status_code == 200
+    changes = {"display_name": "Ana", "timezone": "Europe/Lisbon", "instructions": "Be brief."}
+    assert api.patch("/settings", json=changes).status_code == 200
+
+    lines = ["/tasks", "/settings", "/quit"]
+    token = token_for(user, name=name)
+    done = chat(server, stdin="\n".join(lines) + "\n", env={"TODO_AGENT_TOKEN": token})
+    assert done.returncode == 0, done.stderr
+    tasks, settings = done.stdout.split("you> /tasks", 1)[1].split("you> /settings", 1)
+    rows = [line for line in tasks.splitlines() if "Move house" in line or "└" in line]
+    assert "1/2" in rows[0]  # the plan's progress
+    assert "└ Book the van" in rows[1]  # its steps, indented, in order
+    assert "✓" in rows[1]
+    assert "└ Pack boxes" in rows[2]
+    assert "Call mom" in tasks
+    assert "└ Call mom" not in tasks
+    for value in ("Ana", "Europe/Lisbon", "Be brief.", "gpt-4o-mini"):
+        assert value in settings
+
+
 def test_the_development_secret_in_the_data_dir_signs_in(
     server: ServerProcess, model: FakeOpenAI, name: str, tmp_path: Path
 ) -> None:

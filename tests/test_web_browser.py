@@ -81,6 +81,7 @@ def server(
         OPENAI_MAX_RETRIES="0",
         CHAT_RATE_LIMIT_PER_MINUTE=str(RATE_LIMIT),
         CORS_ORIGINS=origins[0],
+        AGENT_MODELS="gpt-4o-mini,gpt-4.1",
     )
     del env["JWT_SECRET"]
     with ServerProcess(env, log=data / "serve.log") as process:
@@ -109,6 +110,9 @@ class Person:
         await self.page.get_by_label("Your name").fill(self.name)
         await self.page.get_by_role("button", name="Sign in").click()
         await expect(self.page.locator("#who-name")).to_have_text(self.name)
+        # The task list drawn: the first API call is answered, so the user's row exists
+        # (tests that arrange data straight in the database rely on it).
+        await expect(self.page.locator("#task-count")).to_have_text(re.compile(r"\(\d+\)"))
         saved = await self.page.evaluate("sessionStorage.getItem('todo-agent.session')")
         self.token, self.user_id = json.loads(saved)["token"], json.loads(saved)["userId"]
 
@@ -219,6 +223,78 @@ async def test_tasks_complete_reopen_and_delete_by_click(person: Person) -> None
     await person.page.get_by_role("button", name="Delete task 2: Pay bills").click()
     await expect(tasks).to_have_count(1)
     assert (await person.api("GET", "/tasks/2")).status_code == 404
+
+
+async def test_a_plan_shows_its_progress_and_its_steps_tick_off(person: Person) -> None:
+    plan = {"title": "Move house", "steps": ["Book the van", "Pack boxes", "Hand in keys"]}
+    assert (await person.api("POST", "/tasks", json=plan)).status_code == 201
+    await person.page.reload()
+    tasks = person.page.locator("#task-list > li.task")
+    await expect(tasks).to_have_count(1)  # the steps are not listed as tasks of their own
+    await expect(tasks.locator(".progress")).to_have_text("0/3 steps")
+
+    await person.page.get_by_role("button", name="Steps of task 1: Move house").click()
+    steps = tasks.locator(".steps > li")
+    await expect(steps.locator(".title")).to_have_text(plan["steps"])
+    expanded = person.page.get_by_role("button", name="Steps of task 1: Move house")
+    await expect(expanded).to_be_focused()  # the keyboard keeps its place
+    await expect(expanded).to_have_attribute("aria-expanded", "true")
+
+    await person.page.get_by_label("Complete step 2: Book the van").press("Space")
+    await expect(tasks.locator(".progress")).to_have_text("1/3 steps")
+    await expect(person.page.get_by_label("Reopen step 2: Book the van")).to_be_focused()
+    await expect(steps.first).to_have_class(re.compile(r"\bdone\b"))
+    assert (await person.api("GET", "/tasks/2")).json()["completed"] is True
+
+    await person.page.get_by_label("New step for task 1").fill("Forward the mail")
+    await person.page.get_by_label("New step for task 1").press("Enter")
+    await expect(tasks.locator(".progress")).to_have_text("1/4 steps")
+    await expect(steps.last.locator(".title")).to_have_text("Forward the mail")
+    await expect(person.page.get_by_label("New step for task 1")).to_be_focused()
+    await person.shot("plan-with-steps")
+
+    await person.page.get_by_role("button", name="Delete step 3: Pack boxes").click()
+    await expect(tasks.locator(".progress")).to_have_text("1/3 steps")
+    assert (await person.api("GET", "/tasks/3")).status_code == 404
+
+    await person.page.set_viewport_size({"width": 390, "height": 844})
+    await person.page.get_by_role("button", name="Tasks", exact=True).click()
+    await expect(person.page.get_by_label("New step for task 1")).to_be_in_viewport()
+    assert await person.page.evaluate("document.documentElement.scrollWidth") <= 390
+    await person.shot("phone-plan")
+
+
+async def test_the_settings_panel_saves_instructions_and_model(person: Person) -> None:
+    page = person.page
+    await page.get_by_role("button", name="Settings").click()
+    dialog = page.get_by_role("dialog", name="Settings")
+    await expect(dialog).to_be_visible()
+    # Never chosen: the browser's own timezone is offered.
+    await expect(dialog.get_by_label("Timezone")).to_have_value("Europe/Berlin")
+    await expect(dialog.get_by_label("Model")).to_have_value("gpt-4o-mini")
+
+    await dialog.get_by_label("Timezone").fill("Mars/Olympus")
+    await dialog.get_by_role("button", name="Save").click()
+    await expect(dialog.get_by_role("alert")).to_contain_text("Timezone")
+    await person.shot("settings-invalid")
+
+    await dialog.get_by_label("Timezone").fill("Europe/Lisbon")
+    await dialog.get_by_label("Display name").fill("Ana")
+    await dialog.get_by_label("Instructions for the assistant").fill("Answer in Portuguese.")
+    await dialog.get_by_label("Model").select_option("gpt-4.1")
+    await dialog.get_by_role("button", name="Save").click()
+    await expect(dialog.get_by_role("status")).to_have_text("Saved.")
+    await expect(dialog.get_by_role("alert")).to_be_hidden()
+    await person.shot("settings-saved")
+    await page.keyboard.press("Escape")
+    await expect(dialog).to_be_hidden()
+    await expect(page.locator("#who-name")).to_have_text("Ana")
+
+    saved = (await person.api("GET", "/settings")).json()
+    assert saved["instructions"] == "Answer in Portuguese."
+    assert saved["model"] == "gpt-4.1"
+    assert saved["timezone"] == "Europe/Lisbon"
+    assert saved["display_name"] == "Ana"
 
 
 async def test_a_past_session_reopens_with_its_history_and_can_be_renamed_and_deleted(

@@ -131,13 +131,27 @@ export class Api {
   }
 
   tasks(status = "all") {
-    return this.json(`/tasks?status=${encodeURIComponent(status)}&limit=100`);
+    return this.json(`/tasks?status=${encodeURIComponent(status)}&top_level=true&limit=100`);
+  }
+  /** One task, with its steps in order. */
+  task(id) {
+    return this.json(`/tasks/${id}`);
+  }
+  addStep(parentId, title) {
+    return this.json("/tasks", { method: "POST", body: { title, parent_id: parentId } });
   }
   completeTask(id, completed) {
     return this.json(`/tasks/${id}/complete`, { method: "PATCH", body: { completed } });
   }
   deleteTask(id) {
     return this.json(`/tasks/${id}`, { method: "DELETE" });
+  }
+
+  settings() {
+    return this.json("/settings");
+  }
+  updateSettings(changes) {
+    return this.json("/settings", { method: "PATCH", body: changes });
   }
 
   sessions(cursor) {

@@ -13,6 +13,8 @@ const state = {
   sessionsCursor: null,
   busy: false,
   retryTimer: null,
+  expanded: new Set(), // ids of tasks whose steps are shown
+  refocus: null, // a selector in the task list to focus once it is drawn again
 };
 
 function el(tag, { className, text, attrs } = {}, children = []) {
@@ -89,6 +91,7 @@ function clearError() {
 // ---------------------------------------------------------------- sign-in
 
 function signOut(reason = "") {
+  if ($("#settings").open) $("#settings").close();
   sessionStorage.removeItem(STORAGE_KEY);
   state.api = null;
   state.user = null;
@@ -301,30 +304,95 @@ function dueLabel(task) {
   return (endOfDay ? dateOnly : dateTime).format(due);
 }
 
-function taskItem(task) {
+function taskItem(task, { step = false } = {}) {
   const overdue = !task.completed && task.due_at && new Date(task.due_at) < new Date();
+  const kind = step ? "step" : "task";
   const check = el("input", {
-    attrs: { type: "checkbox", "aria-label": `${task.completed ? "Reopen" : "Complete"} task ${task.number}: ${task.title}` },
+    attrs: { type: "checkbox", "aria-label": `${task.completed ? "Reopen" : "Complete"} ${kind} ${task.number}: ${task.title}` },
   });
   check.checked = task.completed;
-  check.addEventListener("change", () => changeTask(() => state.api.completeTask(task.id, check.checked)));
+  check.addEventListener("change", () => {
+    state.refocus = `[data-id="${CSS.escape(task.id)}"] > .row input[type="checkbox"]`; // keep the keyboard's place
+    changeTask(() => state.api.completeTask(task.id, check.checked));
+  });
   const remove = el("button", {
     className: "icon delete",
     text: "✕",
-    attrs: { type: "button", "aria-label": `Delete task ${task.number}: ${task.title}`, title: "Delete" },
+    attrs: { type: "button", "aria-label": `Delete ${kind} ${task.number}: ${task.title}`, title: "Delete" },
   });
   remove.addEventListener("click", () => changeTask(() => state.api.deleteTask(task.id)));
   const meta = el("div", { className: "meta" });
+  if (task.steps_total) {
+    meta.append(el("span", { className: "progress", text: `${task.steps_done}/${task.steps_total} steps` }));
+  }
   if (task.priority !== "medium") meta.append(el("span", { className: `badge priority ${task.priority}`, text: task.priority }));
   const due = dueLabel(task);
   if (due) meta.append(el("span", { className: "due", text: `${overdue ? "Overdue · " : "Due "}${due}` }));
   for (const tag of task.tags ?? []) meta.append(el("span", { className: "tag", text: `#${tag}` }));
   const title = el("span", { className: "title", text: task.title });
   const number = el("span", { className: "number", text: `${task.number}` });
-  const item = el("li", { className: "task" }, [check, el("div", { className: "body" }, [el("div", {}, [number, title]), meta]), remove]);
+  const body = el("div", { className: "body" }, [el("div", {}, [number, title]), meta]);
+  const row = el("div", { className: "row" }, [check, body]);
+  if (!step) row.append(expander(task));
+  row.append(remove);
+  const item = el("li", { className: step ? "task step" : "task", attrs: { "data-id": task.id } }, [row]);
   item.classList.toggle("done", task.completed);
   item.classList.toggle("overdue", Boolean(overdue));
+  if (!step && state.expanded.has(task.id)) showSteps(item, task);
   return item;
+}
+
+/** The button that shows or hides a task's steps (and a box to add one). */
+function expander(task) {
+  const open = state.expanded.has(task.id);
+  const button = el("button", {
+    className: "icon expand",
+    text: open ? "▾" : "▸",
+    attrs: {
+      type: "button",
+      "aria-expanded": String(open),
+      "aria-label": `${task.steps_total ? "Steps of" : "Add steps to"} task ${task.number}: ${task.title}`,
+      title: task.steps_total ? "Steps" : "Add steps",
+    },
+  });
+  button.addEventListener("click", () => {
+    if (state.expanded.has(task.id)) state.expanded.delete(task.id);
+    else state.expanded.add(task.id);
+    state.refocus = `[data-id="${CSS.escape(task.id)}"] .expand`; // keep the keyboard's place
+    refreshTasks();
+  });
+  return button;
+}
+
+async function showSteps(item, task) {
+  const list = el("ul", { className: "steps", attrs: { "aria-label": `Steps of task ${task.number}` } });
+  item.append(list);
+  try {
+    const full = await state.api.task(task.id);
+    list.replaceChildren(...full.steps.map((s) => taskItem(s, { step: true })));
+  } catch (error) {
+    showError(error);
+  }
+  const input = el("input", { attrs: { "aria-label": `New step for task ${task.number}`, placeholder: "Add a step", maxlength: "200" } });
+  const form = el("form", { className: "add-step" }, [input, el("button", { text: "Add", attrs: { type: "submit" } })]);
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (!input.value.trim()) return;
+    state.refocus = `[data-id="${CSS.escape(task.id)}"] .add-step input`; // ready for the next step
+    changeTask(() => state.api.addStep(task.id, input.value.trim()));
+  });
+  item.append(form);
+  focusPending(item);
+}
+
+/** Focus what state.refocus names once it is drawn (steps are drawn a moment after their task). */
+function focusPending(container) {
+  // Only focus that the redraw itself took away: never pull it from where the person moved it.
+  if (document.activeElement && document.activeElement !== document.body) state.refocus = null;
+  const target = state.refocus && container.querySelector(state.refocus);
+  if (!target) return;
+  target.focus();
+  state.refocus = null;
 }
 
 let tasksRequest = 0;
@@ -335,9 +403,10 @@ async function refreshTasks() {
     const page = await state.api.tasks($("#task-filter").value);
     if (ticket !== tasksRequest) return;
     const list = $("#task-list");
-    list.replaceChildren(...page.data.map(taskItem));
+    list.replaceChildren(...page.data.map((task) => taskItem(task)));
     if (!page.data.length) list.append(el("li", { className: "empty", text: "No tasks here yet." }));
     $("#task-count").textContent = `(${page.count})`;
+    focusPending(list);
   } catch (error) {
     showError(error);
   }
@@ -429,6 +498,87 @@ async function refreshSessions(more = false) {
   }
 }
 
+// ---------------------------------------------------------------- settings
+
+const SETTINGS_LABELS = {
+  display_name: "Display name",
+  timezone: "Timezone",
+  instructions: "Instructions",
+  model: "Model",
+};
+
+/** A 422's detail (pydantic's list of problems) in plain words: the first problem per field. */
+function settingsProblem(error) {
+  if (!(error instanceof ApiError) || error.status !== 422 || !Array.isArray(error.detail)) return describe(error);
+  const byField = new Map();
+  for (const problem of error.detail) {
+    const field = (problem.loc ?? []).find((part) => part in SETTINGS_LABELS);
+    const label = field ? SETTINGS_LABELS[field] : "Settings";
+    // "Value error, ..." is how pydantic prefixes a validator's own message.
+    if (!byField.has(label)) byField.set(label, String(problem.msg).replace(/^Value error, /, ""));
+  }
+  return [...byField].map(([label, msg]) => `${label}: ${msg}.`).join(" ");
+}
+
+function countInstructions() {
+  const used = $("#set-instructions").value.length;
+  $("#instructions-count").textContent = `${used} of 2000 characters`;
+}
+
+async function openSettings() {
+  const dialog = $("#settings");
+  $("#settings-error").hidden = true;
+  $("#settings-status").textContent = "";
+  try {
+    const current = await state.api.settings();
+    $("#set-display-name").value = current.display_name ?? "";
+    // "UTC" is the default of a user who never chose: offer the browser's zone instead.
+    $("#set-timezone").value = current.timezone && current.timezone !== "UTC" ? current.timezone : timezone();
+    $("#set-instructions").value = current.instructions ?? "";
+    const models = current.models.includes(current.model) ? current.models : [current.model, ...current.models];
+    $("#set-model").replaceChildren(...models.map((name) => el("option", { text: name, attrs: { value: name } })));
+    $("#set-model").value = current.model;
+    countInstructions();
+  } catch (error) {
+    showError(error);
+    return;
+  }
+  if ("supportedValuesOf" in Intl && !$("#timezones").childElementCount) {
+    $("#timezones").append(...Intl.supportedValuesOf("timeZone").map((zone) => el("option", { attrs: { value: zone } })));
+  }
+  dialog.showModal();
+  $("#set-display-name").focus();
+}
+
+async function onSettingsSubmit(event) {
+  event.preventDefault();
+  const box = $("#settings-error");
+  box.hidden = true;
+  const text = (selector) => $(selector).value.trim() || null; // empty: back to the default
+  $("#settings-save").disabled = true;
+  try {
+    const saved = await state.api.updateSettings({
+      display_name: text("#set-display-name"),
+      timezone: $("#set-timezone").value.trim(),
+      instructions: text("#set-instructions"),
+      model: $("#set-model").value,
+    });
+    $("#settings-status").textContent = "Saved.";
+    $("#who-name").textContent = saved.display_name ?? state.user.name;
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 401) {
+      $("#settings").close();
+      showError(error);
+      return;
+    }
+    $("#settings-status").textContent = "";
+    box.textContent = settingsProblem(error);
+    box.hidden = false;
+  } finally {
+    $("#settings-save").disabled = false;
+  }
+}
+
 // ---------------------------------------------------------------- layout
 
 function showView(view) {
@@ -442,6 +592,11 @@ function start() {
   $("#name-form").addEventListener("submit", onNameSubmit);
   $("#token-form").addEventListener("submit", onTokenSubmit);
   $("#sign-out").addEventListener("click", () => signOut());
+  $("#open-settings").addEventListener("click", openSettings);
+  $("#settings-form").addEventListener("submit", onSettingsSubmit);
+  $("#settings-cancel").addEventListener("click", () => $("#settings").close());
+  $("#settings").addEventListener("close", () => $("#open-settings").focus());
+  $("#set-instructions").addEventListener("input", countInstructions);
   $("#composer").addEventListener("submit", onSend);
   $("#message").addEventListener("keydown", onComposerKey);
   $("#new-chat").addEventListener("click", () => {

@@ -178,7 +178,6 @@ _TIME_SAID = _rx(
 _SETTINGS_BASE: dict[str, Any] = {
     "PREFER_DATES_FROM": "future",
     "RETURN_AS_TIMEZONE_AWARE": False,
-    "PREFER_DAY_OF_MONTH": "first",
 }
 MAX_DATE_TEXT = 300  # longer text is no title: don't spend time reading dates in it
 
@@ -215,13 +214,14 @@ def take_date(text: str, now: datetime) -> tuple[str, Due | None]:
         text = pattern.sub(replacement, text)
     if not _PLAIN_DATE.search(text):
         return text, None
-    for phrase, found in _search(text, now.replace(tzinfo=None)):
+    lowered = text.lower()  # dateparser misses dates after capitals ("book the MOT ...")
+    for phrase, found in _search(lowered, now.replace(tzinfo=None)):
         bare = phrase.strip()
         if _WEAK_ALONE.fullmatch(bare) or not _PLAIN_DATE.search(bare):
             continue
         if _NEEDS_PREP.fullmatch(bare):  # a bare "sun" or "wed" ends titles, not dates
             continue
-        start = text.find(phrase)
+        start = lowered.find(phrase)
         due = _clean_due(bare, found, now.replace(tzinfo=None))
         return _cut(text, start, start + len(phrase)), due
     return text, None
@@ -263,4 +263,9 @@ def shift(text: str) -> timedelta | None:
 
 def might_be_date(text: str) -> bool:
     """Cheap test before reading dates (which needs the user's local time)."""
-    return bool(_PLAIN_DATE.search(text)) or any(p.search(text) for p, _ in _REWRITES[:4])
+    return bool(_PLAIN_DATE.search(text)) or any(p.search(text) for p, _ in _REWRITES)
+
+
+def says_date(text: str) -> bool:
+    """Does `text` say a date somewhere in it?"""
+    return take_date(text, _ANY_DAY)[1] is not None

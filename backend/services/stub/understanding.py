@@ -80,7 +80,7 @@ _THANKS = _rx(
 _REQUEST = _rx(
     r"(?:please|pls|plz|kindly|ok|okay|so|and|also|now|then|hey|hi|hello|yo|just|quickly"
     r"|actually|oh|oops|sorry|wait|um|umm|hmm|well|btw|no|nah|right|alright|hey there"
-    r"|(?:can|could|would|will) you(?: please| kindly)?|(?:can|could|may) i(?: please)?"
+    r"|(?:can|could|would|will) (?:you|u)(?: please| pls| kindly)?|(?:can|could|may) i(?: please)?"
     r"|i(?: would|'d)? like to|i want to|i wanna|let's|lets|let me|go ahead and)[,:!]? "
 )
 _TRAILING_FILLERS = (("please",), ("pls",), ("plz",), ("thanks",), ("thx",), ("thank", "you"))
@@ -114,6 +114,11 @@ _UPDATE = _rx(
     r"(?P<verb>change|rename|update|edit|modify|retitle|reword|rewrite|replace|set|move"
     r"|reschedule|postpone|push back|push|delay|defer|shift)"
     r" (?P<ref>.+?)(?: to| into| as| with| until| till| for|:| -| =| ->) (?P<new>.+)"
+)
+# "postpone the haircut by three days", "push task 2 back a week".
+_SHIFT_BY = _rx(
+    r"(?:postpone|push back|push|delay|defer|move|shift|bump|put off) (?P<ref>.+?)(?: back)?"
+    r" (?P<by>(?:by |for )?(?:another )?(?:a|an|\d{1,3}|[a-z]+) (?:days?|weeks?|months?))"
 )
 _UPDATE_INCOMPLETE = _rx(
     r"(?:change|rename|update|edit|modify|retitle|reword|move|reschedule|postpone|push back"
@@ -186,7 +191,7 @@ _REMEMBER = _rx(
 # "I need to call mom" is a new task, unless it goes on with a command ("I need to finish task 2").
 _NEED_TO = _rx(
     r"(?:i (?:need|have|must|should|ought|gotta)(?: to)?|i've got to|i got to|i gotta"
-    r"|need to|have to|gotta|must) "
+    r"|need to|have to|gotta|must)(?: really| just| also| definitely| probably)? "
 )
 
 _PRIORITY_VALUE = _rx(rf"(?:an? )?(?:(?:priority|prio):? )?{_LEVEL}(?:[- ]priority| prio)?")
@@ -405,7 +410,18 @@ def _understood(text: str) -> list[Command]:
         return _adds(rest)
     if (match := _PAST.fullmatch(text)) and match["verb"].lower() not in _NOT_PAST:
         return [SetCompleted(f"{match['verb']} {match['rest']}", completed=True)]
+    if _reads_as_task(text):
+        return _adds(text)
     return []
+
+
+def _reads_as_task(text: str) -> bool:
+    """ "call the vet tomorrow morning", "urgent: call the bank": an instruction to oneself
+    with a date or a priority is a new task, though a bare "buy milk" is not understood."""
+    rest, level = entities.take_priority(text)
+    if not rest or rest.split(" ", 1)[0].lower() not in TASK_VERBS:
+        return False
+    return level is not None or (entities.might_be_date(rest) and entities.says_date(rest))
 
 
 def _adds(text: str, priority: Priority | None = None) -> list[Command]:
@@ -423,7 +439,7 @@ def split_items(text: str, *, steps: bool = False) -> list[str]:
     pieces = [p for p in (_STEP_SPLIT if steps else _ITEM_SPLIT).split(rest) if p]
     if steps or len(pieces) < 2:
         return pieces[:MAX_ITEMS] if steps else [text]
-    has_comma = "," in rest
+    has_comma = "," in rest or ";" in rest
     first_verb = pieces[0].split(" ", 1)[0].lower()
     if not has_comma and not all(p.split(" ", 1)[0].lower() in TASK_VERBS for p in pieces[1:]):
         return [text]  # "buy salt and pepper", "call mom and dad": one task
@@ -535,6 +551,13 @@ def _add(match: re.Match[str]) -> Command:
     return AddTask(match["title"], _LEVELS.get((match["level"] or "").lower()))
 
 
+def _shift_by(match: re.Match[str]) -> Command | None:
+    ref = _ref(match)
+    if ref is None or entities.shift(match["by"]) is None:
+        return None
+    return UpdateTask(ref, "due", match["by"])
+
+
 def _change(match: re.Match[str]) -> Command | None:
     ref = _ref(match)
     return None if ref is None else _update(match["verb"].lower(), ref, match["new"])
@@ -583,6 +606,7 @@ _VERB_RULES: list[tuple[re.Pattern[str], Rule]] = [
     (_COMPLETE_TERSE, _set_completed(True, _one_ref)),
     (_DELETE, _delete),
     *((pattern, _add) for pattern in _ADD),
+    (_SHIFT_BY, _shift_by),
     (_UPDATE, _change),
     (_PRIORITY, _priority),
     (_PRIORITIZE, _prioritize),
@@ -644,7 +668,7 @@ def _list_request(text: str) -> ListTasks | None:
     elif said & _WEEK:
         due = "week"
     question = words[0] in ("what", "what's", "whats", "which", "how", "do", "does", "am", "any")
-    urgent_first = (bool(said & _MOST) and bool(said & _URGENT)) or "most" in said
+    urgent_first = bool(said & _MOST and said & _URGENT) or bool(said & {"most", "urgent"})
     priority: Priority | None = None
     if "priority" in said or (said & _HIGH and not urgent_first and words[0] == "which"):
         priority = "low" if said & _LOW else "high" if said & _HIGH else None
@@ -668,17 +692,23 @@ def _names_one(ref: str) -> bool:
     )
 
 
+_NUMBER_NOUNS = frozenset({"task", "todo", "item", "number", "no", "num"})
+
+
 def explicit_id(ref: str) -> str | None:
     """The todo_id for a task named by number or UUID, else None."""
     words = ref_words(ref)
+    if not words:
+        return None
     start = skip(words, 0, _DETERMINERS)
-    start = skip(words, start, _REF_NOUNS)
+    start = min(skip(words, start, _REF_NOUNS), len(words) - 1)  # "task one": one is a number
     if len(words) - start != 1:
         return None
     word = words[start]
     if match := _NUMBER.fullmatch(word):
         return match.group(1)
-    if start and (n := entities.number(word)) is not None:  # "task four", "number two"
+    # "task four", "number two"
+    if start and words[start - 1].lower() in _NUMBER_NOUNS and (n := entities.number(word)):
         return str(n)
     if _UUID.fullmatch(word):
         return word

@@ -443,7 +443,7 @@ def split_items(text: str, *, steps: bool = False) -> list[str]:
     first_verb = pieces[0].split(" ", 1)[0].lower()
     if not has_comma and not all(p.split(" ", 1)[0].lower() in TASK_VERBS for p in pieces[1:]):
         return [text]  # "buy salt and pepper", "call mom and dad": one task
-    if any(_starts_clause(p) for p in pieces[1:]):
+    if any(_starts_clause(p) for p in pieces[1:]) or entities.is_date(pieces[-1]):
         return [text]  # ", it's for the party", ", which is due friday": one task
     if first_verb in TASK_VERBS and " " in pieces[0]:
         verb = pieces[0].split(" ", 1)[0]
@@ -463,7 +463,7 @@ _CLAUSE_STARTS = frozenset(
 
 
 def _starts_clause(piece: str) -> bool:
-    return piece.split(" ", 1)[0].lower() in _CLAUSE_STARTS or entities.is_date(piece)
+    return piece.split(" ", 1)[0].lower() in _CLAUSE_STARTS
 
 
 def _collapse_lines(text: str) -> str:

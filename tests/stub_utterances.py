@@ -353,8 +353,12 @@ CASES: list[Case] = [
         known_failure="asking about one task is not a command the stub knows",
     ),
     # --- questions ---------------------------------------------------------------------------
-    _ask("what do i have today?", "1 pending task due today", "Water the plants"),
-    _ask("whats on for tomorrow", "due tomorrow", "Send the invoice"),
+    _ask(
+        "what do i have today?",
+        "1 pending task due today, and 1 overdue:\n- #1 Renew the car insurance (overdue",
+        "Water the plants",
+    ),
+    _ask("whats on for tomorrow", "You have 1 pending task due tomorrow:\n- #3 Send the invoice"),
     _ask("what do I have this week", "#2 Water the plants", "#4 Clean the garage"),
     _ask("anything overdue?", "1 overdue task", "Renew the car insurance"),
     _ask("am I behind on anything", "Renew the car insurance"),
@@ -368,7 +372,7 @@ CASES: list[Case] = [
     _ask("what's left to do", "6 pending tasks"),
     _ask("how many things are overdue", "1 overdue task"),
     _ask("is anything due today", "Water the plants"),
-    _ask("what do i have tomorrow", "Send the invoice"),
+    _ask("what do i have tomorrow", "1 pending task due tomorrow:\n- #3 Send the invoice ("),
     _ask("anything urgent?", "Most urgent first"),
     _ask("what's on my plate", "You have 7 tasks"),
     _ask("list everything that's overdue", "Renew the car insurance"),

@@ -237,6 +237,10 @@ class Executor:
         if not question and not command.due:
             return _listing(command, found)
         today = (await self.now()).date()
+        if command.due in ("today", "week") and command.status != "completed":
+            # What is due today or this week is what is still late, too: overdue first.
+            late = await self._calls.todos(status="pending", due="overdue")
+            found = [*late, *(t for t in found if not _late(t, today))]
         if command.tomorrow:
             found = [t for t in found if _due_date(t) == today + timedelta(days=1)]
         if command.priority:
@@ -291,6 +295,11 @@ def _describe(command: ListTasks, n: int) -> str:
 def _listing(command: ListTasks, found: list[ToolResult], today: date | None = None) -> str:
     if not found:
         return _nothing(command)
+    late = sum(1 for t in found if today and _late(t, today))
+    if command.due in ("today", "week") and late and today:
+        lines = [replies.line(t, show_done=False, overdue=_late(t, today)) for t in found]
+        head = f"You have {_describe(command, len(found) - late)}, and {late} overdue:"
+        return "\n".join([head, *lines])
     shown = found
     lines = [
         replies.line(

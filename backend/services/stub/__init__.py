@@ -3,7 +3,9 @@
 It answers when no OpenAI key is configured or the model is down. A pipeline, each step a
 module of its own:
 
-- `understanding`: the message -> typed commands (intent and slots), from tables of rows;
+- `understanding`: the message -> typed commands (intent and slots), from tables of rows,
+  with `questions` (list requests and questions about the list) and `references` (how a
+  message names a task);
 - `entities`: the built-in entities in the slots: dates (dateparser), numbers, priorities;
 - `context`: what the session's recent turns say (tasks shown or touched, the question
   asked, the last change);

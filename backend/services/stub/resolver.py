@@ -13,9 +13,10 @@ from rapidfuzz import fuzz
 
 from backend.models.task import StatusFilter
 from backend.services.stub import entities, replies
+from backend.services.stub import references as refs
 from backend.services.stub.calls import Calls, Stop
 from backend.services.stub.context import Context
-from backend.services.stub.understanding import TASK_VERBS, explicit_id, ref_words, skip
+from backend.services.stub.understanding import TASK_VERBS
 from backend.services.tools import ToolResult
 
 
@@ -35,17 +36,6 @@ UPDATE = Verb("change", "Rename task {n} to Call mom", "all")
 STEPS = Verb("show the steps of", "What are the steps for task {n}?", "all")
 PARENT = Verb("add a step to", "Add a step to task {n}: book the van", "all")
 
-_DETERMINERS = frozenset({"the", "my", "a", "an", "that", "this", "our"})
-_REF_NOUNS = frozenset(
-    {"task", "todo", "to-do", "item", "number", "no", "num", "reminder", "one", "entry"}
-)
-_REF_LINKS = frozenset(
-    {"about", "called", "named", "titled", "for", "re", "regarding", "saying", "with"}
-)
-_PRONOUNS = frozenset({"it", "that", "this", "one", "them"})
-_MANY_FIRST = frozenset({"all", "every", "everything", "each", "both", "them", "these", "those"})
-_MANY_ANY = frozenset({"tasks", "todos", "to-dos", "items", "reminders"})
-_NUMBER = re.compile(r"#?\d{1,9}")
 # Words that say nothing about which task: dropped before matching.
 _NOISE = frozenset(
     [
@@ -122,18 +112,22 @@ class Resolver:
     async def find(self, ref: str, verb: Verb, *, look_up: bool = False) -> Target:
         """The task `ref` names; asks back (Stop) unless exactly one does. With `look_up`,
         the task's fields are fetched too (to undo a change, or to shift its due date)."""
-        words = ref_words(ref)
+        words = refs.words_of(ref)
         lowered = [w.lower() for w in words]
-        if (todo_id := explicit_id(ref)) is not None:
+        if (todo_id := refs.explicit_id(ref)) is not None:
             if not look_up or not todo_id.isdigit():
                 return Target(todo_id)
             found = [t for t in await self._calls.todos() if str(t.get("number")) == todo_id]
             return Target(todo_id, found[0] if found else None)
-        start = skip(lowered, 0, _DETERMINERS)
-        numbers = sum(1 for w in words if _NUMBER.fullmatch(w))
+        start = refs.skip(lowered, 0, refs.DETERMINERS)
+        numbers = sum(1 for w in words if refs.NUMBER.fullmatch(w))
         if (
-            (start < len(words) and lowered[start] in _MANY_FIRST and lowered != ["that", "one"])
-            or _MANY_ANY.intersection(lowered)
+            (
+                start < len(words)
+                and lowered[start] in refs.MANY_FIRST
+                and lowered != ["that", "one"]
+            )
+            or refs.MANY_ANY.intersection(lowered)
             or (lowered and lowered[-1] == "list")
             or numbers > 1
         ):
@@ -142,17 +136,17 @@ class Resolver:
                 f'"{verb.example.format(n=1)}".'
             )
         if start < len(words) and (position := entities.ordinal(lowered[start])) is not None:
-            rest = set(lowered[start + 1 :]) - _REF_NOUNS
+            rest = set(lowered[start + 1 :]) - refs.NOUNS
             if not rest:
                 return await self._by_position(position, verb)
-        start = skip(lowered, start, _REF_NOUNS)
-        if start < len(words) and lowered[start] in _REF_LINKS:
+        start = refs.skip(lowered, start, refs.NOUNS)
+        if start < len(words) and lowered[start] in refs.LINKS:
             start += 1
         end = len(words)
-        while end > start and lowered[end - 1] in _REF_NOUNS | {"thing"}:
+        while end > start and lowered[end - 1] in refs.NOUNS | {"thing"}:
             end -= 1
         terms = words[start:end]
-        if not terms or (len(terms) == 1 and terms[0].lower() in _PRONOUNS):
+        if not terms or (len(terms) == 1 and terms[0].lower() in refs.PRONOUNS):
             if self._context.last_task is not None:
                 return await self.find(str(self._context.last_task), verb, look_up=look_up)
             raise Stop(

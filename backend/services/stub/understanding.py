@@ -11,11 +11,10 @@ any command are declined before parsing.
 """
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
-from itertools import pairwise
 
-from backend.models.task import DueFilter, Priority, StatusFilter
+from backend.models.task import Priority
 from backend.services.stub import entities
 from backend.services.stub.commands import (
     AddTask,
@@ -33,6 +32,8 @@ from backend.services.stub.commands import (
     UpdateTask,
 )
 from backend.services.stub.context import Context
+from backend.services.stub.questions import list_request
+from backend.services.stub.references import explicit_id, names_one
 from backend.services.stub.replies import TOO_LONG, WELCOME, shorten
 
 
@@ -195,66 +196,6 @@ _NEED_TO = _rx(
 )
 
 _PRIORITY_VALUE = _rx(rf"(?:an? )?(?:(?:priority|prio):? )?{_LEVEL}(?:[- ]priority| prio)?")
-_LIST_SUFFIX = _rx(rf"(?:to|on|onto|in|into|for) (?:my|the) {_LIST_NOUNS}")
-_NUMBER = re.compile(r"#?(\d{1,9})")
-_UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
-_WORD = re.compile(r"[a-z0-9#'-]+")
-
-# How a task is named: "the meeting task", "task number 3", "the one about taxes".
-_DETERMINERS = frozenset({"the", "my", "a", "an", "that", "this", "our"})
-_REF_NOUNS = frozenset(
-    {"task", "todo", "to-do", "item", "number", "no", "num", "reminder", "one", "entry"}
-)
-_REF_LINKS = frozenset(
-    {"about", "called", "named", "titled", "for", "re", "regarding", "saying", "with"}
-)
-_PRONOUNS = frozenset({"it", "that", "this", "one"})
-_MANY_FIRST = frozenset({"all", "every", "everything", "each", "both", "them", "these", "those"})
-_MANY_ANY = frozenset({"tasks", "todos", "to-dos", "items", "reminders"})
-
-# What a list request sounds like.
-_LIST_CUES = frozenset(
-    {
-        "show", "list", "display", "view", "see", "get", "give", "tell", "what", "what's",
-        "whats", "which", "how", "do", "does", "any", "anything", "are", "is", "have", "print",
-        "check", "review", "read", "fetch", "open", "am", "where", "which's",
-    }
-)  # fmt: skip
-_ITEMS = frozenset(
-    {
-        "task", "tasks", "todo", "todos", "to-do", "to-dos", "list", "items", "item",
-        "reminders", "everything", "agenda", "things", "stuff", "plate",
-    }
-)  # fmt: skip
-_PENDING = frozenset(
-    {
-        "pending", "open", "outstanding", "remaining", "incomplete", "unfinished",
-        "uncompleted", "undone", "left", "still", "active", "due",
-    }
-)  # fmt: skip
-_COMPLETED = frozenset(
-    {"completed", "complete", "done", "finished", "accomplished", "closed", "checked"}
-)
-_NEGATIONS = frozenset(
-    {
-        "not", "haven't", "havent", "hasn't", "hasnt", "isn't", "isnt", "aren't", "arent",
-        "didn't", "didnt", "don't", "dont",
-    }
-)  # fmt: skip
-_OVERDUE = frozenset({"overdue", "late", "behind", "missed", "slipped"})
-_TOMORROW = frozenset({"tomorrow", "tmrw", "tomorrow's"})
-_URGENT = frozenset({"urgent", "urgently", "pressing", "first", "next", "priority", "important"})
-_MOST = frozenset({"most", "first", "next", "top", "start", "biggest"})
-_HIGH = frozenset({"high", "important", "urgent"})
-_LOW = frozenset({"low"})
-_TODAY = frozenset({"today", "tonight", "today's"})
-_WEEK = frozenset({"week", "week's"})
-_LIST_FILLERS = frozenset({"my", "all", "the", "of", "me", "i", "and", "this", "for", "ones"})
-# A message of only these words is a list request: "pending", "my todo list", "all tasks".
-_LIST_ONLY_WORDS = (
-    _ITEMS | (_PENDING - {"due"}) | _COMPLETED | _OVERDUE | _TODAY | _WEEK | _LIST_FILLERS
-)
-
 
 # --- Parsing ----------------------------------------------------------------------------
 
@@ -495,7 +436,7 @@ def _command(text: str) -> Command | None:
     for pattern, build in _VERB_RULES:
         if (match := pattern.fullmatch(text)) and (intent := build(match)) is not None:
             return intent
-    if (intent := _list_request(text)) is not None:
+    if (intent := list_request(text)) is not None:
         return intent
     for pattern, build in _STATE_RULES:
         if (match := pattern.fullmatch(text)) and (intent := build(match)) is not None:
@@ -515,7 +456,7 @@ def _ref(match: re.Match[str]) -> str | None:
 def _one_ref(match: re.Match[str]) -> str | None:
     """The task, when the sentence has no verb up front and must name it plainly."""
     ref: str = match["ref"]
-    return ref if _names_one(ref) else None
+    return ref if names_one(ref) else None
 
 
 def _set_completed(completed: bool, ref: Callable[[re.Match[str]], str | None] = _ref) -> Rule:
@@ -641,85 +582,3 @@ def _update(verb: str, ref: str, new: str) -> Command:
         else:
             field = "title"
     return UpdateTask(ref, field, new)
-
-
-def _list_request(text: str) -> ListTasks | None:
-    words = _WORD.findall(text.lower())
-    if not words:
-        return None
-    said = set(words)
-    pending_phrase = any(a == "to" and b == "do" for a, b in pairwise(words))
-    topics = _ITEMS | _PENDING | _COMPLETED | _OVERDUE | _TODAY | _TOMORROW | _WEEK | _URGENT
-    asked = words[0] in _LIST_CUES and bool(said & topics)
-    if not (asked or pending_phrase or all(w in _LIST_ONLY_WORDS for w in words)):
-        return None
-    done = bool(said & _COMPLETED)
-    pending = pending_phrase or bool(said & _PENDING)
-    status: StatusFilter = "all"
-    if done and said & _NEGATIONS:
-        status = "pending"
-    elif done != pending:
-        status = "completed" if done else "pending"
-    due: DueFilter | None = None
-    if said & _OVERDUE:
-        due = "overdue"
-    elif said & _TODAY:
-        due = "today"
-    elif said & _WEEK:
-        due = "week"
-    question = words[0] in ("what", "what's", "whats", "which", "how", "do", "does", "am", "any")
-    urgent_first = bool(said & _MOST and said & _URGENT) or bool(said & {"most", "urgent"})
-    priority: Priority | None = None
-    if "priority" in said or (said & _HIGH and not urgent_first and words[0] == "which"):
-        priority = "low" if said & _LOW else "high" if said & _HIGH else None
-    if question and (due or said & _TOMORROW or urgent_first or priority or "many" in said):
-        status = "completed" if status == "completed" else "pending"
-    return ListTasks(
-        status,
-        due,
-        tomorrow=bool(said & _TOMORROW) and due is None,
-        priority=priority,
-        urgent_first=urgent_first,
-        count="many" in said and words[0] == "how",
-    )
-
-
-def _names_one(ref: str) -> bool:
-    """Does `ref` clearly name a task ("task 3", "#3", "the report task")?"""
-    words = ref.lower().split(" ")
-    return explicit_id(ref) is not None or (
-        words[0] in ("the", "my") and not (_MANY_FIRST | _MANY_ANY).intersection(words)
-    )
-
-
-_NUMBER_NOUNS = frozenset({"task", "todo", "item", "number", "no", "num"})
-
-
-def explicit_id(ref: str) -> str | None:
-    """The todo_id for a task named by number or UUID, else None."""
-    words = ref_words(ref)
-    if not words:
-        return None
-    start = skip(words, 0, _DETERMINERS)
-    start = min(skip(words, start, _REF_NOUNS), len(words) - 1)  # "task one": one is a number
-    if len(words) - start != 1:
-        return None
-    word = words[start]
-    if match := _NUMBER.fullmatch(word):
-        return match.group(1)
-    # "task four", "number two"
-    if start and words[start - 1].lower() in _NUMBER_NOUNS and (n := entities.number(word)):
-        return str(n)
-    if _UUID.fullmatch(word):
-        return word
-    return None
-
-
-def ref_words(ref: str) -> list[str]:
-    return [w for w in (t.strip("'\".,;:!?()") for t in ref.split(" ")) if w]
-
-
-def skip(words: Sequence[str], start: int, skippable: frozenset[str]) -> int:
-    while start < len(words) and words[start].lower() in skippable:
-        start += 1
-    return start

@@ -16,7 +16,6 @@ from backend.services.stub import entities, replies
 from backend.services.stub import references as refs
 from backend.services.stub.calls import Calls, Stop
 from backend.services.stub.context import Context
-from backend.services.stub.understanding import TASK_VERBS
 from backend.services.tools import ToolResult
 
 
@@ -51,8 +50,13 @@ _IRREGULAR = {
     "brought": "bring", "went": "go", "swept": "sweep", "ate": "eat", "drank": "drink",
     "found": "find", "gave": "give", "left": "leave", "ran": "run", "saw": "see",
     "spoke": "speak", "told": "tell", "hung": "hang", "threw": "throw", "read": "read",
+    "taken": "take", "written": "write", "given": "give", "eaten": "eat", "seen": "see",
+    "spoken": "speak",
 }  # fmt: skip
 _WORD = re.compile(r"[a-z0-9]+")
+_VAGUE_VERBS = frozenset(
+    {"sort", "handle", "deal", "finish", "complete", "tackle", "manage", "take", "go", "make"}
+)
 
 
 def stem(word: str) -> str:
@@ -82,10 +86,11 @@ def _matched(terms: list[str], todo: Mapping[str, Any]) -> int:
 
 def best_matches(phrase: str, todos: list[ToolResult]) -> list[ToolResult]:
     """The tasks `phrase` fits best, when it fits well enough: every word of one or two
-    words, two thirds of longer ones. A leading verb ("emailed Jo") may be left out."""
+    words, two thirds of longer ones. A vague leading verb ("sorted the car") may be left
+    out; a plain one may not ("called Jo" is not "Email Jo")."""
     terms = _terms(phrase)
     attempts = [terms]
-    if len(terms) > 1 and terms[0] in {stem(v) for v in TASK_VERBS} | set(_IRREGULAR.values()):
+    if len(terms) > 1 and terms[0] in _VAGUE_VERBS:
         attempts.append(terms[1:])
     for wanted in attempts:
         if not wanted:
@@ -139,9 +144,11 @@ class Resolver:
             rest = set(lowered[start + 1 :]) - refs.NOUNS
             if not rest:
                 return await self._by_position(position, verb)
-        start = refs.skip(lowered, start, refs.NOUNS)
-        if start < len(words) and lowered[start] in refs.LINKS:
-            start += 1
+        after_noun = refs.skip(lowered, start, refs.NOUNS)
+        # "the task called X", "the one about Y"; but "called Jo" is what was done
+        if start < after_noun < len(words) and lowered[after_noun] in refs.LINKS:
+            after_noun += 1
+        start = after_noun
         end = len(words)
         while end > start and lowered[end - 1] in refs.NOUNS | {"thing"}:
             end -= 1

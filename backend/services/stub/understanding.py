@@ -266,10 +266,10 @@ _MAKE_IT = _rx(
 )
 # "I emailed Jo", "got the apples": past tense means done.
 _PAST = _rx(
-    r"(?:(?:i|we) )?(?:(?:just|already|finally|have|'ve|had) )*"
+    r"(?:(?:i|we)(?:'ve|'d)? )?(?:(?:just|already|finally|have|had) )*"
     r"(?P<verb>[a-z]{2,}ed|got|bought|paid|sent|wrote|took|made|did|rang|met|sold|fed|brought"
     r"|went|read|swept|sorted|ate|drank|found|gave|left|ran|saw|spoke|told|put|hung|threw"
-    r"|sent off|dropped off|picked up) (?P<rest>.+)"
+    r"|taken|written|given|done|eaten|seen|spoken|sent off|dropped off|picked up) (?P<rest>.+)"
 )
 _NOT_PAST = frozenset(
     {"need", "feed", "seed", "speed", "bleed", "breed", "weed", "proceed", "exceed", "succeed",

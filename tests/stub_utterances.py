@@ -153,6 +153,7 @@ CASES: list[Case] = [
     _add("remind me to call mom and dad", ("Call mom and dad", None, M)),
     _add("add march on the town hall flyers", ("March on the town hall flyers", None, M)),
     _add("add buy sun cream", ("Buy sun cream", None, M)),
+    _add("add call the bank 0800 123 456", ("Call the bank 0800 123 456", None, M)),
     # --- dates, said naturally ---------------------------------------------------------
     _date("get a present for Ana by thursday", "Get a present for Ana", "wd3"),
     _date("remind me to book the train in two weeks", "Book the train", "+14"),

@@ -37,6 +37,8 @@ NOW = datetime(2026, 11, 23, 10, 30)  # a Monday
         ("buy a gift for may", "buy a gift for may", None),
         ("march on the town hall", "march on the town hall", None),
         ("buy sun cream", "buy sun cream", None),
+        ("call 555 1234", "call 555 1234", None),
+        ("meet Ana at 5", "meet Ana", datetime(2026, 11, 23, 17, 0)),
     ],
 )
 def test_dates_are_read_and_taken_out_of_the_text(

@@ -150,14 +150,22 @@ _COMPUTED: tuple[tuple[re.Pattern[str], Callable[[date, re.Match[str]], date | N
     (_DAY_AFTER, lambda today, _: today + timedelta(days=2)),
     (_DAY_OF_MONTH, lambda today, m: _day_of_month(today, int(m["day"]))),
 )
+
+
 # Phrases rewritten into what dateparser reads (same meaning, its words).
-_REWRITES: tuple[tuple[re.Pattern[str], str], ...] = (
+def _hour(match: re.Match[str]) -> str:
+    """ "at 5" for a task means 17:00; "at 9" means 09:00."""
+    hour = int(match.group(2))
+    return f"at {hour + 12 if 1 <= hour <= 7 else hour}:00"
+
+
+_REWRITES: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
     (_rx(r"\b(?:next|the following)\s+weekend\b"), "next saturday"),
     (_rx(r"\b(?:this|the)\s+weekend\b"), "saturday"),
     (_rx(r"\b(?:the\s+)?end\s+of\s+(?:the\s+|this\s+)?week\b"), "friday"),
     (_rx(r"\b(?:tmrw|tmr|tomorow|tommorow|tommorrow|tomorrrow)\b"), "tomorrow"),
     (_rx(r"\btonite\b"), "tonight"),
-    (_rx(r"\b(at|@)\s*(\d{1,2})(?![\d:]|\s*(?:am|pm|a\.m|p\.m))\b"), r"at \2:00"),
+    (_rx(r"\b(at|@)\s*(\d{1,2})(?![\d:]|\s*(?:am|pm|a\.m|p\.m))\b"), _hour),
     (_rx(r"\bin\s+a\s+couple\s+(?:of\s+)?(days|weeks)\b"), r"in 2 \1"),
     (_rx(r"\bin\s+a\s+fortnight\b"), "in 2 weeks"),
 )
@@ -171,6 +179,7 @@ _PLAIN_DATE = _rx(
     r"|aug|sep|sept|oct|nov|dec)\b"
 )
 _WEAK_ALONE = _rx(r"(?:on\s+|by\s+|for\s+)?(?:may|march|second|now|day|week|month|year)")
+_BARE_NUMBER = _rx(r"(?:on |by |at |in )?\d+")
 _NEEDS_PREP = _rx(r"(?:mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun)")
 _TIME_SAID = _rx(
     r"\d\s*(?:am|pm|a\.m|p\.m)\b|\d:\d\d|\b(?:morning|afternoon|evening|tonight|noon|midnight)\b"
@@ -217,6 +226,8 @@ def take_date(text: str, now: datetime) -> tuple[str, Due | None]:
     lowered = text.lower()  # dateparser misses dates after capitals ("book the MOT ...")
     for phrase, found in _search(lowered, now.replace(tzinfo=None)):
         bare = phrase.strip()
+        if _BARE_NUMBER.fullmatch(bare) or abs(found.year - now.year) > 5:
+            continue  # "call 555 1234" has no date in it
         if _WEAK_ALONE.fullmatch(bare) or not _PLAIN_DATE.search(bare):
             continue
         if _NEEDS_PREP.fullmatch(bare):  # a bare "sun" or "wed" ends titles, not dates

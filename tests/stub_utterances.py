@@ -153,6 +153,8 @@ CASES: list[Case] = [
     _add("remind me to call mom and dad", ("Call mom and dad", None, M)),
     _add("add march on the town hall flyers", ("March on the town hall flyers", None, M)),
     _add("add buy sun cream", ("Buy sun cream", None, M)),
+    _add("put oat milk on the shopping list", ("Oat milk", None, M)),
+    _add("read the contract by friday", ("Read the contract", "wd4", M)),
     _add("add call the bank 0800 123 456", ("Call the bank 0800 123 456", None, M)),
     # --- dates, said naturally ---------------------------------------------------------
     _date("get a present for Ana by thursday", "Get a present for Ana", "wd3"),
@@ -300,6 +302,9 @@ CASES: list[Case] = [
     _ref("done with the unicorn", reply=("couldn't find",)),
     _ref("done with the call", reply=("2 tasks match", "Which one?")),
     _ref("I bought the flour", done=(7,)),
+    _ref("the apples are done", done=(1,)),
+    _ref("scrap the dentist", deleted=(8,)),
+    _ref("bump the expense report to monday", changed={10: {"due": "wd0"}}),
     _ref("i called jo", reply=("couldn't find a pending task",)),
     _ref("sorted the car service", done=(6,)),
     _ref("I've written the expense report", done=(10,)),
@@ -433,6 +438,7 @@ CASES: list[Case] = [
     ),
     # --- safety and honesty ----------------------------------------------------------------
     _safe("delete all my tasks", "one task at a time"),
+    _safe("clear completed", "one task at a time"),
     _safe("clear everything", "one task at a time"),
     _safe("remove tasks 2 and 3", "one task at a time"),
     _safe("delete every task", "one task at a time"),

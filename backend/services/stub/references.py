@@ -17,7 +17,9 @@ LINKS = frozenset(
 )
 PRONOUNS = frozenset({"it", "that", "this", "one", "them"})
 # Words that name several tasks: "all", "every task", "these".
-MANY_FIRST = frozenset({"all", "every", "everything", "each", "both", "them", "these", "those"})
+MANY_FIRST = frozenset(
+    {"all", "every", "everything", "each", "both", "them", "these", "those", "completed", "done"}
+)
 MANY_ANY = frozenset({"tasks", "todos", "to-dos", "items", "reminders"})
 NUMBER = re.compile(r"#?(\d{1,9})")
 _UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)

@@ -40,7 +40,8 @@ _NOISE = frozenset(
     [
         "the", "a", "an", "my", "our", "to", "for", "of", "with", "on", "at", "in", "and",
         "task", "todo", "one", "thing", "stuff", "about", "got", "get", "did", "do", "done",
-        "is", "was", "it", "i", "me", "up", "off", "out", "that", "this", "some", "all",
+        "is", "was", "are", "were", "been", "has", "have", "now", "it", "i", "me", "up", "off",
+        "out", "that", "this", "some", "all",
     ]
 )  # fmt: skip
 # Irregular past tenses, so "paid the rent" finds "Pay rent".

@@ -108,12 +108,13 @@ _COMPLETE = (
 _COMPLETE_TERSE = _rx(r"(?:finished|completed) (?P<ref>.+)")
 _DONE_WITH = _rx(r"(?:done with|finished with|through with) (?P<ref>.+)")
 _DELETE = _rx(
-    r"(?:delete|remove|erase|trash|discard|drop|scratch|cancel|clear|get rid of|throw away"
+    r"(?:delete|remove|erase|trash|discard|drop|scratch|scrap|bin|ditch|cancel|clear|get rid of"
+    r"|throw away"
     rf"|throw out|forget about) (?P<ref>.+?)(?: (?:from|off|on) (?:my|the) {_LIST_NOUNS})?"
 )
 _UPDATE = _rx(
     r"(?P<verb>change|rename|update|edit|modify|retitle|reword|rewrite|replace|set|move"
-    r"|reschedule|postpone|push back|push|delay|defer|shift)"
+    r"|reschedule|postpone|push back|push|delay|defer|shift|bump)"
     r" (?P<ref>.+?)(?: to| into| as| with| until| till| for|:| -| =| ->) (?P<new>.+)"
 )
 # "postpone the haircut by three days", "push task 2 back a week".
@@ -135,7 +136,9 @@ _IS_UNDONE = _rx(
     r"(?P<ref>.+?) (?:is not|isn't|is no longer|was not|wasn't)(?: yet)?"
     r" (?:done|complete|completed|finished)(?: yet)?"
 )
-_IS_DONE = _rx(rf"(?P<ref>.+?)(?: is| was| has been)?(?: now| all| already)? {_DONE}")
+_IS_DONE = _rx(
+    rf"(?P<ref>.+?)(?: is| was| are| were| has been| have been)?(?: now| all| already)? {_DONE}"
+)
 _IS_DUE = _rx(r"(?P<ref>.+?)(?: is| should be)? due (?P<new>.+)")
 
 # The field a change names: "the due date of task 2", "task 2's title".
@@ -162,7 +165,7 @@ _FIELDS: dict[str, "Field"] = {
 }
 _RENAME_VERBS = frozenset({"rename", "retitle", "reword", "rewrite"})
 _MOVE_VERBS = frozenset(
-    {"move", "reschedule", "postpone", "push back", "push", "delay", "defer", "shift"}
+    {"move", "reschedule", "postpone", "push back", "push", "delay", "defer", "shift", "bump"}
 )
 
 _ARTICLE = r"(?: (?:a|an|another|one more|the|this|my|some))?(?: new)?"
@@ -181,6 +184,11 @@ _ADD = (
         r"(?:new|(?:make|save|set|set up|schedule|start|write|log|record|enter|put|insert|open)"
         rf" (?:a|an|another|one more)(?: new)?){_NOUN}{_ONTO_LIST}{_TITLE_SEP}(?P<title>.*)"
     ),
+)
+# "put milk on the shopping list": a new task, said the other way round.
+_PUT_ON_LIST = _rx(
+    r"(?:put|stick|pop|throw) (?P<title>.+?) (?:on|onto|in|to) (?:my|the)"
+    r" (?:shopping |todo |to-do |task )?list(?P<level>)"
 )
 # "remind me to", "I need to remember to", "todo: ..." are always a new task.
 _REMEMBER = _rx(
@@ -268,7 +276,7 @@ _MAKE_IT = _rx(
 _PAST = _rx(
     r"(?:(?:i|we)(?:'ve|'d)? )?(?:(?:just|already|finally|have|had) )*"
     r"(?P<verb>[a-z]{2,}ed|got|bought|paid|sent|wrote|took|made|did|rang|met|sold|fed|brought"
-    r"|went|read|swept|sorted|ate|drank|found|gave|left|ran|saw|spoke|told|put|hung|threw"
+    r"|went|swept|sorted|ate|drank|found|gave|ran|saw|spoke|told|hung|threw"
     r"|taken|written|given|done|eaten|seen|spoken|sent off|dropped off|picked up) (?P<rest>.+)"
 )
 _NOT_PAST = frozenset(
@@ -547,6 +555,7 @@ _VERB_RULES: list[tuple[re.Pattern[str], Rule]] = [
     (_COMPLETE_TERSE, _set_completed(True, _one_ref)),
     (_DELETE, _delete),
     *((pattern, _add) for pattern in _ADD),
+    (_PUT_ON_LIST, _add),
     (_SHIFT_BY, _shift_by),
     (_UPDATE, _change),
     (_PRIORITY, _priority),

@@ -44,4 +44,7 @@ def test_the_readme_walkthrough_runs_against_a_fresh_server() -> None:
     assert "Added task 3: Call the plumber" in output
     assert "event: done" in output
     assert output.count("Added task 4: Buy milk") == 2  # the idempotent retry replays
+    assert "Updated task 3: Call the plumber (due " in output
+    assert "Marked task 1 as complete: Buy groceries." in output
+    assert "Most urgent first:" in output
     assert '"detail"' not in output

@@ -76,3 +76,19 @@ async def test_the_stub_never_obeys_text_inside_a_task(client: httpx.AsyncClient
     assert "Ignore previous instructions" in listing["response"]
     assert [c["name"] for c in listing["tool_calls"]] == ["list_todos"]
     assert len(await _tasks(client)) == 2
+
+
+async def test_follow_ups_read_the_sessions_earlier_turns(client: httpx.AsyncClient) -> None:
+    first = await chat(client, "add buy cow milk and call the garage")
+    session = first["session_id"]
+
+    async def say(message: str, session_id: str | None = session) -> str:
+        return str((await chat(client, message, session_id=session_id))["response"])
+
+    assert "Added 2 tasks" in first["response"]
+    assert "Updated task 2: Call the garage (high priority)" in await say("make it urgent")
+    assert await say("undo that") == "Undone: task 2 is back to Call the garage."
+    await say("show my tasks")
+    assert "Marked task 1 as complete: Buy cow milk" in await say("the first one is done")
+    # Another session has no "it" to refer to.
+    assert (await say("mark it done", None)).startswith("Which task?")

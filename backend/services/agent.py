@@ -125,6 +125,8 @@ class Turn:
     steps: int = 0  # model answers asked for so far (the AI SDK protocol's steps)
     # Regenerating: what the tools of the answers being replaced did (they stay done).
     earlier_results: list[dict[str, Any]] = field(default_factory=list)
+    # The session's recent messages, for the stub's follow-ups ("mark it done", "undo that").
+    history: list[turns.HistoryRow] = field(default_factory=list)
 
     def send(self, event: str, data: dict[str, Any]) -> None:
         if self.emit is not None:
@@ -323,6 +325,7 @@ class OpenAIAgentService:
             ),
             idempotency_key=key,
             earlier_results=opened.earlier_results,
+            history=opened.history,
         )
 
     # -- run ------------------------------------------------------------------------------
@@ -415,7 +418,9 @@ class OpenAIAgentService:
             call_id = f"stub_{turn.id.hex[:8]}_{next(counter)}"
             return await self._call_tool(turn, call_id, name, dict(arguments))
 
-        text = await self._stub.respond(turn.message, call_tool=call_tool, name=turn.tools.name)
+        text = await self._stub.respond(
+            turn.message, call_tool=call_tool, name=turn.tools.name, history=turn.history
+        )
         for piece in _chunks(text):
             turn.send("delta", {"text": piece})
         return text, True

@@ -1,0 +1,101 @@
+"""The stub responder: answers without a model, through the model's own tools.
+
+It answers when no OpenAI key is configured or the model is down. A pipeline, each step a
+module of its own:
+
+- `understanding`: the message -> typed commands (intent and slots), from tables of rows,
+  with `questions` (list requests and questions about the list) and `references` (how a
+  message names a task);
+- `entities`: the built-in entities in the slots: dates (dateparser), numbers, priorities;
+- `context`: what the session's recent turns say (tasks shown or touched, the question
+  asked, the last change);
+- `resolver`: which of the user's tasks a reference means (rapidfuzz, context);
+- `executor`: carrying the commands out through the tool caller it is given;
+- `replies`: the phrasing.
+
+Safety, by construction: only the user's message is parsed (titles coming back from tools
+are shown, never read); one message changes at most one existing task, and never deletes in
+bulk; messages longer than any command are declined before parsing.
+"""
+
+from collections.abc import Sequence
+from typing import assert_never
+
+from backend.services.stub import context as session_context
+from backend.services.stub import entities, replies
+from backend.services.stub.calls import Calls, Stop
+from backend.services.stub.commands import (
+    AddTask,
+    Command,
+    DeleteTask,
+    Help,
+    ListTasks,
+    Plan,
+    Say,
+    SetCompleted,
+    ShowSteps,
+    Undo,
+    UpdateTask,
+)
+from backend.services.stub.context import HistoryRow
+from backend.services.stub.executor import Executor
+from backend.services.stub.replies import DIDNT_UNDERSTAND
+from backend.services.stub.understanding import MAX_COMMAND_CHARS, parse
+from backend.services.tools import ToolCaller
+
+__all__ = ["DIDNT_UNDERSTAND", "MAX_COMMAND_CHARS", "HistoryRow", "StubResponder", "parse"]
+
+
+class StubResponder:
+    """Answers chat messages without a model: understand, resolve, call the tools, reply."""
+
+    def __init__(self) -> None:
+        entities.warm_up()  # once per process: the first date read is slow
+
+    async def respond(
+        self,
+        message: str,
+        *,
+        call_tool: ToolCaller,
+        name: str | None = None,
+        history: Sequence[HistoryRow] = (),
+    ) -> str:
+        """Understand `message` in the light of the session's earlier turns (oldest first),
+        carry it out with call_tool(tool_name, arguments), return the reply text."""
+        context = session_context.read(history)
+        commands = parse(message, context)
+        if not commands:
+            return DIDNT_UNDERSTAND
+        executor = Executor(Calls(call_tool), context)
+        try:
+            return await _run(commands, executor, name)
+        except Stop as stop:
+            return stop.reply
+
+
+async def _run(commands: list[Command], executor: Executor, name: str | None) -> str:
+    first = commands[0]
+    if isinstance(first, AddTask):
+        return await executor.add([c for c in commands if isinstance(c, AddTask)])
+    match first:
+        case Say():
+            return first.text
+        case Help():
+            display = replies.clean(name or "", limit=40)
+            return f"Hi {display}! {replies.HELP}" if display else f"Hi! {replies.HELP}"
+        case ListTasks():
+            return await executor.show(first)
+        case SetCompleted():
+            return await executor.set_completed(first)
+        case DeleteTask():
+            return await executor.delete(first)
+        case UpdateTask():
+            return await executor.update(first)
+        case Plan():
+            return await executor.plan(first)
+        case ShowSteps():
+            return await executor.show_steps(first)
+        case Undo():
+            return await executor.undo()
+        case _:
+            assert_never(first)

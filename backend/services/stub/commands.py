@@ -1,0 +1,89 @@
+"""What a message asks for: typed commands (an intent and its slots), before anything runs."""
+
+from dataclasses import dataclass
+from typing import Literal
+
+from backend.models.task import DueFilter, Priority, StatusFilter
+
+Field = Literal["title", "description", "due", "priority"]
+
+
+@dataclass(frozen=True, slots=True)
+class Say:
+    """Answer with fixed text; no tool is called."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Help:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ListTasks:
+    status: StatusFilter = "all"
+    due: DueFilter | None = None
+    tomorrow: bool = False  # due tomorrow (the tools filter today, this week and overdue)
+    priority: Priority | None = None
+    urgent_first: bool = False  # "what's most urgent?": the first few, most urgent first
+    count: bool = False  # "how many ...?"
+
+
+@dataclass(frozen=True, slots=True)
+class AddTask:
+    text: str  # the title as typed, possibly with a due date or priority in it
+    priority: Priority | None = None
+    parent: str | None = None  # a reference to the task this is a step of
+
+
+@dataclass(frozen=True, slots=True)
+class SetCompleted:
+    ref: str
+    completed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTask:
+    ref: str
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateTask:
+    ref: str
+    field: Field
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A task and its steps, created together; no steps means "suggest some"."""
+
+    title: str
+    steps: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ShowSteps:
+    ref: str
+
+
+@dataclass(frozen=True, slots=True)
+class Undo:
+    """Revert the last change the stub made in this session."""
+
+
+Command = (
+    Say
+    | Help
+    | ListTasks
+    | AddTask
+    | SetCompleted
+    | DeleteTask
+    | UpdateTask
+    | Plan
+    | ShowSteps
+    | Undo
+)
+# Commands that name an existing task: a bare answer ("the plumber one") can fill their ref.
+RefCommand = SetCompleted | DeleteTask | UpdateTask | ShowSteps

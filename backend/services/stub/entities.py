@@ -1,0 +1,282 @@
+"""Recognizers for the built-in entities of a message: dates, numbers and priorities.
+
+Dates are read by `dateparser`; what it misreads or cannot read is first rewritten by a
+small table into something it reads ("next weekend" -> "next saturday") or computed here
+("the 20th", "the end of the month"). Each recognizer returns the value and the text
+without the words that said it, so a title never keeps "by Thursday" or ", it's urgent".
+"""
+
+import calendar
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from functools import cache
+from typing import Any
+
+from dateparser.search import search_dates  # type: ignore[import-untyped]
+
+from backend.models.task import Priority
+
+
+def _rx(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.IGNORECASE)
+
+
+# --- Numbers ----------------------------------------------------------------------------
+
+_CARDINALS = [
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+    "nineteen", "twenty",
+]  # fmt: skip
+_ORDINALS = [
+    "zeroth", "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth",
+    "ninth", "tenth", "eleventh", "twelfth", "thirteenth", "fourteenth", "fifteenth",
+    "sixteenth", "seventeenth", "eighteenth", "nineteenth", "twentieth",
+]  # fmt: skip
+NUMBER_WORDS = {word: n for n, word in enumerate(_CARDINALS)}
+ORDINAL_WORDS = {word: n for n, word in enumerate(_ORDINALS) if n} | {"last": -1}
+_ORDINAL_DIGITS = _rx(r"(\d{1,2})(?:st|nd|rd|th)")
+
+
+def number(word: str) -> int | None:
+    """ "4", "#4", "four" -> 4."""
+    word = word.lower().lstrip("#")
+    if word.isdigit() and len(word) <= 9:
+        return int(word)
+    return NUMBER_WORDS.get(word)
+
+
+def ordinal(word: str) -> int | None:
+    """ "third", "3rd" -> 3; "last" -> -1."""
+    word = word.lower()
+    if match := _ORDINAL_DIGITS.fullmatch(word):
+        return int(match.group(1))
+    return ORDINAL_WORDS.get(word)
+
+
+# --- Priorities -------------------------------------------------------------------------
+
+# A cue and the priority it means; longer cues first so "not urgent" wins over "urgent".
+PRIORITY_CUES: tuple[tuple[str, Priority], ...] = (
+    ("not urgent", "low"),
+    ("not important", "low"),
+    ("no rush", "low"),
+    ("no hurry", "low"),
+    ("low priority", "low"),
+    ("low prio", "low"),
+    ("whenever i can", "low"),
+    ("whenever", "low"),
+    ("someday", "low"),
+    ("when i get a chance", "low"),
+    ("high priority", "high"),
+    ("high prio", "high"),
+    ("top priority", "high"),
+    ("as soon as possible", "high"),
+    ("asap", "high"),
+    ("urgent", "high"),
+    ("urgently", "high"),
+    ("important", "high"),
+    ("critical", "high"),
+    ("medium priority", "medium"),
+    ("normal priority", "medium"),
+)
+_CUE = "|".join(re.escape(cue) for cue, _ in PRIORITY_CUES)
+_LEAD = r"(?:(?:it'?s|it is|this is|that'?s|thats|very|really|super|quite|pretty|kinda|and)\s+)*"
+_PRIORITY_END = _rx(
+    rf"(?:^|[\s,;:!(-]+){_LEAD}(?:with\s+|at\s+|as\s+)?(?:an?\s+)?(?P<cue>{_CUE})[\s!.)]*$"
+)
+_PRIORITY_START = _rx(rf"^(?P<cue>{_CUE})\s*[:,!-]?\s+")
+_PRIORITY_ANY = _rx(rf"(?:,\s*|\b){_LEAD}(?P<cue>{_CUE})\b[\s,!]*")
+_CUES = dict(PRIORITY_CUES)
+
+
+def take_priority(text: str) -> tuple[str, Priority | None]:
+    """A priority said at the start or end of `text` ("urgent: ...", "..., it's urgent")."""
+    for pattern in (_PRIORITY_END, _PRIORITY_START):
+        if match := pattern.search(text):
+            rest = (text[: match.start()] + " " + text[match.end() :]).strip(" ,;:-")
+            return rest, _CUES[" ".join(match["cue"].lower().split())]
+    return text, None
+
+
+def priority_in(text: str) -> Priority | None:
+    """A priority cue anywhere in `text` ("make it urgent", "set it to low priority")."""
+    match = _PRIORITY_ANY.search(text)
+    return _CUES[" ".join(match["cue"].lower().split())] if match else None
+
+
+# --- Dates ------------------------------------------------------------------------------
+
+Due = date | datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    due: Due
+    start: int
+    end: int
+
+
+_PREP = r"(?:(?:due|by|on|for|before|until|till|in|at)\s+)?"
+_MONTH_END = _rx(rf"{_PREP}(?:the\s+)?end\s+of\s+(?:the\s+|this\s+)?month")
+_NEXT_MONTH_END = _rx(rf"{_PREP}(?:the\s+)?end\s+of\s+next\s+month")
+_DAY_OF_MONTH = _rx(rf"{_PREP}the\s+(?P<day>\d{{1,2}})(?:st|nd|rd|th)?\b(?!\s+of\b)")
+_DAY_AFTER = _rx(rf"{_PREP}(?:the\s+)?day\s+after\s+tomorrow")
+
+
+def _month_end(today: date, months: int = 0) -> date:
+    year, month = divmod(today.month - 1 + months, 12)
+    year, month = today.year + year, month + 1
+    return date(year, month, calendar.monthrange(year, month)[1])
+
+
+def _day_of_month(today: date, day: int) -> date | None:
+    for months in range(3):
+        year, month = divmod(today.month - 1 + months, 12)
+        year, month = today.year + year, month + 1
+        if day <= calendar.monthrange(year, month)[1]:
+            found = date(year, month, day)
+            if found >= today:
+                return found
+    return None
+
+
+# Phrases computed here: dateparser reads them wrongly or not at all.
+_COMPUTED: tuple[tuple[re.Pattern[str], Callable[[date, re.Match[str]], date | None]], ...] = (
+    (_NEXT_MONTH_END, lambda today, _: _month_end(today, 1)),
+    (_MONTH_END, lambda today, _: _month_end(today)),
+    (_DAY_AFTER, lambda today, _: today + timedelta(days=2)),
+    (_DAY_OF_MONTH, lambda today, m: _day_of_month(today, int(m["day"]))),
+)
+
+
+# Phrases rewritten into what dateparser reads (same meaning, its words).
+def _hour(match: re.Match[str]) -> str:
+    """ "at 5" for a task means 17:00; "at 9" means 09:00."""
+    hour = int(match.group(2))
+    return f"at {hour + 12 if 1 <= hour <= 7 else hour}:00"
+
+
+_REWRITES: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
+    (_rx(r"\b(?:next|the following)\s+weekend\b"), "next saturday"),
+    (_rx(r"\b(?:this|the)\s+weekend\b"), "saturday"),
+    (_rx(r"\b(?:the\s+)?end\s+of\s+(?:the\s+|this\s+)?week\b"), "friday"),
+    (_rx(r"\b(?:tmrw|tmr|tomorow|tommorow|tommorrow|tomorrrow)\b"), "tomorrow"),
+    (_rx(r"\btonite\b"), "tonight"),
+    (_rx(r"\b(at|@)\s*(\d{1,2})(?![\d:]|\s*(?:am|pm|a\.m|p\.m))\b"), _hour),
+    (_rx(r"\bin\s+a\s+couple\s+(?:of\s+)?(days|weeks)\b"), r"in 2 \1"),
+    (_rx(r"\bin\s+a\s+fortnight\b"), "in 2 weeks"),
+)
+# A phrase dateparser found only counts if it says a date plainly: "may", "march on" or
+# "sun" in a title are words, not dates.
+_PLAIN_DATE = _rx(
+    r"\d|\b(?:today|tonight|tomorrow|yesterday|monday|tuesday|wednesday|thursday|friday"
+    r"|saturday|sunday|mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun|week|weeks|weekend|month"
+    r"|months|year|days?|morning|afternoon|evening|noon|midnight|fortnight|january|february"
+    r"|april|june|july|august|september|october|november|december|jan|feb|mar|apr|jun|jul"
+    r"|aug|sep|sept|oct|nov|dec)\b"
+)
+_WEAK_ALONE = _rx(r"(?:on\s+|by\s+|for\s+)?(?:may|march|second|now|day|week|month|year)")
+_BARE_NUMBER = _rx(r"(?:on |by |at |in )?\d+")
+_NEEDS_PREP = _rx(r"(?:mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun)")
+_TIME_SAID = _rx(
+    r"\d\s*(?:am|pm|a\.m|p\.m)\b|\d:\d\d|\b(?:morning|afternoon|evening|tonight|noon|midnight)\b"
+)
+_SETTINGS_BASE: dict[str, Any] = {
+    "PREFER_DATES_FROM": "future",
+    "RETURN_AS_TIMEZONE_AWARE": False,
+}
+MAX_DATE_TEXT = 300  # longer text is no title: don't spend time reading dates in it
+
+
+def _search(text: str, now: datetime) -> list[tuple[str, datetime]]:
+    found = search_dates(text, languages=["en"], settings={**_SETTINGS_BASE, "RELATIVE_BASE": now})
+    return list(found or [])
+
+
+@cache
+def warm_up() -> None:
+    """dateparser builds its tables on first use (~100 ms): do it once, at startup."""
+    _search("tomorrow at 9:00", datetime(2026, 1, 1))
+
+
+def _clean_due(phrase: str, found: datetime, now: datetime) -> Due:
+    """A date, or a date-time when a time of day was said; never in the past."""
+    today = now.date()
+    if found.date() < today and not re.search(r"\b\d{4}\b", phrase):
+        found = found.replace(year=found.year + 1) if found.month < today.month else found
+    if _TIME_SAID.search(phrase):
+        return found.replace(second=0, microsecond=0)
+    return found.date()
+
+
+def take_date(text: str, now: datetime) -> tuple[str, Due | None]:
+    """The due date said in `text` (in the user's local time `now`) and the text without it."""
+    if not text or len(text) > MAX_DATE_TEXT:
+        return text, None
+    for pattern, compute in _COMPUTED:
+        if (match := pattern.search(text)) and (due := compute(now.date(), match)) is not None:
+            return _cut(text, match.start(), match.end()), due
+    for pattern, replacement in _REWRITES:
+        text = pattern.sub(replacement, text)
+    if not _PLAIN_DATE.search(text):
+        return text, None
+    lowered = text.lower()  # dateparser misses dates after capitals ("book the MOT ...")
+    for phrase, found in _search(lowered, now.replace(tzinfo=None)):
+        bare = phrase.strip()
+        if _BARE_NUMBER.fullmatch(bare) or abs(found.year - now.year) > 5:
+            continue  # "call 555 1234" has no date in it
+        if _WEAK_ALONE.fullmatch(bare) or not _PLAIN_DATE.search(bare):
+            continue
+        if _NEEDS_PREP.fullmatch(bare):  # a bare "sun" or "wed" ends titles, not dates
+            continue
+        start = lowered.find(phrase)
+        due = _clean_due(bare, found, now.replace(tzinfo=None))
+        return _cut(text, start, start + len(phrase)), due
+    return text, None
+
+
+_DANGLING = _rx(r"(?:\s+(?:due|by|on|for|before|until|till|at|in|from))+$")
+
+
+def _cut(text: str, start: int, end: int) -> str:
+    before = _DANGLING.sub("", text[:start].rstrip(" ,;:-"))
+    after = text[end:].strip(" ,;:-")
+    return f"{before} {after}".strip(" ,;:-") if after else before.strip(" ,;:-")
+
+
+_ANY_DAY = datetime(2026, 1, 1, 12, 0)  # any fixed day will do: only the reading matters
+
+
+def is_date(text: str) -> bool:
+    """Is `text` just a date ("tomorrow", "next Friday at 9")?"""
+    rest, due = take_date(text.strip(" ,;:-"), _ANY_DAY)
+    return due is not None and not rest.strip(" ,;:-")
+
+
+_SHIFT = _rx(r"(?:by |for )?(?:another )?(?P<n>\d{1,3}|[a-z]+|a|an) (?P<unit>days?|weeks?|months?)")
+
+
+def shift(text: str) -> timedelta | None:
+    """ "by three days", "a week" -> how far to push a due date."""
+    match = _SHIFT.fullmatch(text.strip())
+    if match is None:
+        return None
+    n = 1 if match["n"].lower() in ("a", "an") else number(match["n"])
+    if n is None:
+        return None
+    unit = match["unit"].lower()
+    days = 7 if unit.startswith("week") else 30 if unit.startswith("month") else 1
+    return timedelta(days=n * days)
+
+
+def might_be_date(text: str) -> bool:
+    """Cheap test before reading dates (which needs the user's local time)."""
+    return bool(_PLAIN_DATE.search(text)) or any(p.search(text) for p, _ in _REWRITES)
+
+
+def says_date(text: str) -> bool:
+    """Does `text` say a date somewhere in it?"""
+    return take_date(text, _ANY_DAY)[1] is not None

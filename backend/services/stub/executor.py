@@ -1,0 +1,334 @@
+"""Carrying commands out, only through the tool caller the stub was given."""
+
+import re
+from collections.abc import Mapping
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from backend.services.stub import entities, replies, resolver
+from backend.services.stub.calls import Calls, Stop, todo
+from backend.services.stub.commands import (
+    AddTask,
+    DeleteTask,
+    ListTasks,
+    Plan,
+    SetCompleted,
+    ShowSteps,
+    UpdateTask,
+)
+from backend.services.stub.context import Change, Context
+from backend.services.stub.resolver import Resolver
+from backend.services.tools import ToolResult
+
+_LIST_SUFFIX = re.compile(
+    r"\s+(?:to|on|onto|in|into|for)\s+(?:my|the)\s+(?:list|tasks|todos|to-dos|todo list"
+    r"|to-do list|task list|shopping list)$",
+    re.IGNORECASE,
+)
+_LEADING_TO = re.compile(r"^to\s+", re.IGNORECASE)
+_RANK = {"high": 0, "medium": 1, "low": 2}
+_URGENT_SHOWN = 3
+
+
+def _due_value(due: entities.Due) -> str:
+    return due.isoformat(timespec="minutes") if isinstance(due, datetime) else due.isoformat()
+
+
+class Executor:
+    def __init__(self, calls: Calls, context: Context) -> None:
+        self._calls = calls
+        self._context = context
+        self._resolver = Resolver(calls, context)
+        self._now: datetime | None = None
+
+    async def now(self) -> datetime:
+        """The user's local time: the tools know their timezone, the stub does not."""
+        if self._now is None:
+            context = await self._calls("get_user_context", {}, "look up today's date")
+            try:
+                self._now = datetime.fromisoformat(str(context.get("local_time")))
+            except ValueError:
+                raise Stop("I couldn't look up today's date; try again without one.") from None
+        return self._now
+
+    async def title_and_extras(self, text: str) -> tuple[str, entities.Due | None, str | None]:
+        """A clean title, and any due date or priority said with it. A quoted title is
+        kept exactly as typed."""
+        text = text.strip(" ,;:-")
+        if len(text) > 1 and text[0] in "'\"" and (end := text.rfind(text[0])) > 0:
+            inner, after = text[1:end].strip(), text[end + 1 :].strip(" ,;:-")
+            after, level = entities.take_priority(_LIST_SUFFIX.sub("", after))
+            due = None
+            if after and entities.might_be_date(after):
+                after, due = entities.take_date(after, await self.now())
+            if inner and not after:
+                return inner, due, level
+        text = _LIST_SUFFIX.sub("", text)
+        text, level = entities.take_priority(text)
+        text = _LIST_SUFFIX.sub("", text)
+        due = None
+        if entities.might_be_date(text):
+            text, due = entities.take_date(text, await self.now())
+        text = _LEADING_TO.sub("", text).strip(" ,;:-")
+        if len(text) > 1 and text[0] in "'\"" and text[-1] == text[0]:
+            text = text[1:-1].strip()
+        first = text.split(" ", 1)[0]
+        if first.islower():
+            text = text[:1].upper() + text[1:]
+        return text, due, level
+
+    # -- adding ---------------------------------------------------------------------------
+
+    async def add(self, commands: list[AddTask]) -> str:
+        added: list[ToolResult] = []
+        for command in commands:
+            title, due, level = await self.title_and_extras(command.text)
+            if not title:
+                return f"What should the task say? For example: {replies.ADD_EXAMPLE}."
+            arguments: dict[str, Any] = {"title": title}
+            if due is not None:
+                arguments["due_at"] = _due_value(due)
+            if level or command.priority:
+                arguments["priority"] = level or command.priority
+            if command.parent is not None:
+                parent = await self._resolver.find(command.parent, resolver.PARENT)
+                arguments["parent"] = parent.todo_id
+                result = todo(await self._calls("add_todo", arguments, "add that step"))
+                number = result.get("number")
+                return f"Added step {number} to task {parent.todo_id}: {replies.title(result)}."
+            added.append(todo(await self._calls("add_todo", arguments, "add that task")))
+        return replies.added(added)
+
+    async def plan(self, command: Plan) -> str:
+        title, due, level = await self.title_and_extras(command.title)
+        if not command.steps:
+            return replies.PLAN_NEEDS_MODEL.format(title=title[:1].lower() + title[1:])
+        steps = [(await self.title_and_extras(step))[0] for step in command.steps]
+        arguments: dict[str, Any] = {"title": title, "steps": [s for s in steps if s]}
+        if due is not None:
+            arguments["due_at"] = _due_value(due)
+        if level:
+            arguments["priority"] = level
+        result = todo(await self._calls("add_todo", arguments, "add that plan"))
+        lines = [f"- #{s.get('number')} {replies.title(s)}" for s in result.get("steps") or ()]
+        head = f"Added task {result.get('number')}: {replies.title(result)}{replies.extras(result)}"
+        return "\n".join([f"{head}, with {replies.count(len(lines), 'step')}:", *lines])
+
+    async def show_steps(self, command: ShowSteps) -> str:
+        target = await self._resolver.find(command.ref, resolver.STEPS)
+        steps = await self._calls.todos(parent=target.todo_id)
+        if not steps:
+            return (
+                f"Task {target.todo_id} has no steps yet. Add one with "
+                f'"Add a step to task {target.todo_id}: ...".'
+            )
+        done = sum(1 for s in steps if s.get("completed"))
+        lines = [replies.line(s, show_done=True) for s in steps]
+        head = f"Task {target.todo_id} has {replies.count(len(steps), 'step')} ({done} done):"
+        return "\n".join([head, *lines])
+
+    # -- changing -------------------------------------------------------------------------
+
+    async def set_completed(self, command: SetCompleted) -> str:
+        verb = resolver.COMPLETE if command.completed else resolver.REOPEN
+        target = await self._resolver.find(command.ref, verb)
+        result = await self._calls(
+            "complete_todo",
+            {"todo_id": target.todo_id, "completed": command.completed},
+            "update that task",
+        )
+        changed = todo(result)
+        if not command.completed:
+            return f"Reopened task {changed.get('number')}: {replies.title(changed)}."
+        note = f" {replies.clean(str(result['note']))}" if result.get("note") else ""
+        return f"Marked task {changed.get('number')} as complete: {replies.title(changed)}.{note}"
+
+    async def delete(self, command: DeleteTask) -> str:
+        target = await self._resolver.find(command.ref, resolver.DELETE, look_up=True)
+        result = await self._calls("delete_todo", {"todo_id": target.todo_id}, "delete that task")
+        return f"Deleted task {result.get('number')}: {replies.title(result)}."
+
+    async def update(self, command: UpdateTask) -> str:
+        changes: dict[str, Any] = {}
+        target = None
+        if command.field == "priority":
+            level = entities.priority_in(command.value) or (
+                command.value.lower() if command.value.lower() in _RANK else None
+            )
+            if level is None:
+                return 'Priority can be high, medium or low, as in "Set task 2 to high priority".'
+            changes["priority"] = level
+        elif command.field == "due":
+            if (by := entities.shift(command.value)) is not None:
+                target = await self._resolver.find(command.ref, resolver.UPDATE, look_up=True)
+                changes["due_at"] = _shifted(target.todo, by, (await self.now()).date())
+            else:
+                rest, due = entities.take_date(command.value, await self.now())
+                if due is None or rest.strip(" ,;:-"):
+                    return 'When is it due? For example: "Move task 2 to Friday".'
+                changes["due_at"] = _due_value(due)
+        elif command.field == "description":
+            changes["description"] = command.value.strip("'\" ")
+        else:
+            title, due, level = await self.title_and_extras(command.value)
+            if not title:
+                return 'What should the new title be? For example: "Rename task 1 to Call mom".'
+            changes["title"] = title
+            if due is not None:
+                changes["due_at"] = _due_value(due)
+            if level is not None:
+                changes["priority"] = level
+        target = target or await self._resolver.find(command.ref, resolver.UPDATE, look_up=True)
+        result = await self._calls(
+            "update_todo", {"todo_id": target.todo_id, **changes}, "change that task"
+        )
+        changed = todo(result)
+        extras = replies.extras(changed)
+        return f"Updated task {changed.get('number')}: {replies.title(changed)}{extras}."
+
+    async def undo(self) -> str:
+        """Revert the stub's last changing turn in this session, newest change first."""
+        if not self._context.last_change:
+            return replies.NOTHING_TO_UNDO
+        done = [await self._revert(change) for change in reversed(self._context.last_change)]
+        return "Undone: " + " ".join(done)
+
+    async def _revert(self, change: Change) -> str:
+        number = (todo(dict(change.result)) or change.result).get("number")
+        before = change.before or {}
+        match change.tool:
+            case "add_todo":
+                await self._calls("delete_todo", {"todo_id": str(number)}, "undo that")
+                return f"removed task {number} again."
+            case "complete_todo":
+                completed = change.arguments.get("completed") is not False
+                await self._calls(
+                    "complete_todo",
+                    {"todo_id": str(number), "completed": not completed},
+                    "undo that",
+                )
+                return f"task {number} is {'open' if completed else 'done'} again."
+            case "delete_todo":
+                restored: dict[str, Any] = {"title": change.result.get("title") or "Restored task"}
+                for field in ("description", "due_at", "priority"):
+                    if before.get(field):
+                        restored[field] = before[field]
+                added = todo(await self._calls("add_todo", restored, "undo that"))
+                again = f"task {added.get('number')}: {replies.title(added)}"
+                return f"task {number} is back as {again}."
+        if not before:
+            return f"I can't tell what task {number} was before, so I left it."
+        fields = ("title", "description", "due_at", "priority")
+        old = {f: before.get(f) for f in fields if f in change.arguments and before.get(f)}
+        if not old:
+            return f"I can't tell what task {number} was before, so I left it."
+        arguments = {"todo_id": str(number), **old}
+        reverted = todo(await self._calls("update_todo", arguments, "undo that"))
+        return f"task {number} is back to {replies.title(reverted)}{replies.extras(reverted)}."
+
+    # -- listing --------------------------------------------------------------------------
+
+    async def show(self, command: ListTasks) -> str:
+        arguments: dict[str, Any] = {"status": command.status}
+        if command.due:
+            arguments["due"] = command.due
+        found = await self._calls.todos(**arguments)
+        question = command.tomorrow or command.priority or command.urgent_first or command.count
+        if not question and not command.due:
+            return _listing(command, found)
+        today = (await self.now()).date()
+        if command.due in ("today", "week") and command.status != "completed":
+            # What is due today or this week is what is still late, too: overdue first.
+            late = await self._calls.todos(status="pending", due="overdue")
+            found = [*late, *(t for t in found if not _late(t, today))]
+        if command.tomorrow:
+            found = [t for t in found if _due_date(t) == today + timedelta(days=1)]
+        if command.priority:
+            found = [t for t in found if t.get("priority") == command.priority]
+        found.sort(key=lambda t: _urgency(t, today))
+        if command.count:
+            return _how_many(command, found, today)
+        if command.urgent_first:
+            if not found:
+                return _nothing(command)
+            top = found[:_URGENT_SHOWN]
+            lines = [replies.line(t, show_done=False, overdue=_late(t, today)) for t in top]
+            return "\n".join(["Most urgent first:", *lines])
+        return _listing(command, found, today=today)
+
+
+def _due_date(todo_: Mapping[str, Any]) -> date | None:
+    due = todo_.get("due_at")
+    return date.fromisoformat(due[:10]) if isinstance(due, str) and len(due) >= 10 else None
+
+
+def _late(todo_: Mapping[str, Any], today: date) -> bool:
+    due = _due_date(todo_)
+    return due is not None and due < today and not todo_.get("completed")
+
+
+def _urgency(todo_: Mapping[str, Any], today: date) -> tuple[bool, date, int, int]:
+    """Overdue first, then by due date (none last), then by priority."""
+    due = _due_date(todo_) or date.max
+    rank = _RANK.get(str(todo_.get("priority")), 1)
+    return (not _late(todo_, today), due, rank, int(todo_.get("number") or 0))
+
+
+def _shifted(todo_: ToolResult | None, by: timedelta, today: date) -> str:
+    due = _due_date(todo_ or {})
+    return ((due if due and due >= today else today) + by).isoformat()
+
+
+def _describe(command: ListTasks, n: int) -> str:
+    """ "2 pending tasks due today", "1 overdue task", "3 high priority tasks"."""
+    adjective = {"pending": "pending ", "completed": ""}.get(command.status, "")
+    if command.due == "overdue":
+        adjective = "overdue "
+    if command.priority:
+        adjective = f"{command.priority} priority "
+    suffix = {"today": " due today", "week": " due this week"}.get(command.due or "", "")
+    if command.tomorrow:
+        suffix = " due tomorrow"
+    return f"{n} {adjective}{'task' if n == 1 else 'tasks'}{suffix}"
+
+
+def _listing(command: ListTasks, found: list[ToolResult], today: date | None = None) -> str:
+    if not found:
+        return _nothing(command)
+    late = sum(1 for t in found if today and _late(t, today))
+    if command.due in ("today", "week") and late and today:
+        lines = [replies.line(t, show_done=False, overdue=_late(t, today)) for t in found]
+        head = f"You have {_describe(command, len(found) - late)}, and {late} overdue:"
+        return "\n".join([head, *lines])
+    shown = found
+    lines = [
+        replies.line(
+            t,
+            show_done=command.status == "all",
+            overdue=bool(today and command.due != "overdue" and _late(t, today)),
+        )
+        for t in shown
+    ]
+    what = _describe(command, len(found))
+    head = f"You have completed {what}:" if command.status == "completed" else f"You have {what}:"
+    return "\n".join([head, *lines])
+
+
+def _how_many(command: ListTasks, found: list[ToolResult], today: date) -> str:
+    late = sum(1 for t in found if _late(t, today))
+    note = f", {late} of them overdue" if late and command.due != "overdue" else ""
+    return f"You have {_describe(command, len(found))}{note}."
+
+
+def _nothing(command: ListTasks) -> str:
+    if command.status == "completed":
+        return 'You haven\'t completed any tasks yet. Mark one done with "Mark task 1 as done".'
+    if command.due == "overdue":
+        return "You have no overdue tasks."
+    kind = "pending tasks" if command.status == "pending" else "tasks"
+    if command.priority:
+        kind = f"{command.priority} priority tasks"
+    when = {"today": " due today", "week": " due this week"}.get(command.due or "", "")
+    if command.tomorrow:
+        when = " due tomorrow"
+    return f"You have no {kind}{when}. Add one with {replies.ADD_EXAMPLE}."

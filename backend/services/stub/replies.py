@@ -1,0 +1,81 @@
+"""Phrasing: every sentence the stub says, and how a task is shown in one."""
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+EXAMPLES = '"Add a task to buy milk", "Show my tasks", "Mark task 2 as done" or "Delete task 3"'
+DIDNT_UNDERSTAND = f"Sorry, I didn't understand that. Try {EXAMPLES}."
+TOO_LONG = f"That is too long for me to follow. Try a short command, like {EXAMPLES}."
+WELCOME = "You're welcome! Anything else?"
+HELP = (
+    "I can manage your todo list. Try:\n"
+    '- "Add a task to buy milk tomorrow" or "add apples, pears and flour"\n'
+    '- "Show my tasks", "What\'s pending?", "What do I have this week?" or "Anything overdue?"\n'
+    '- "Mark task 2 as done", "I emailed Jo" or "Reopen task 2"\n'
+    '- "Rename task 1 to Call mom" or "Move task 1 to Friday"\n'
+    '- "Delete task 3" or "Delete the dentist task"\n'
+    '- "Plan the move: pack, book a van, clean" or "What are the steps for the move?"'
+)
+ADD_EXAMPLE = '"Add a task to buy milk"'
+SHOW_HINT = 'Say "Show my tasks" to see them with their numbers.'
+PLAN_NEEDS_MODEL = (
+    "Suggesting steps needs the AI model, which isn't available right now. Tell me the steps "
+    'and I\'ll add them, for example: "Plan {title}: first step, second step, third step".'
+)
+NOTHING_TO_UNDO = "There is nothing of mine to undo in this conversation."
+MAX_ECHO = 60
+
+
+def clean(text: str, *, limit: int = 200) -> str:
+    """One line of at most `limit` characters: stored text never breaks a reply's layout."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def shorten(text: str) -> str:
+    return clean(text.strip(" '\""), limit=MAX_ECHO)
+
+
+def title(todo: Mapping[str, Any]) -> str:
+    """A task's title for a reply, without a doubled full stop."""
+    return clean(str(todo.get("title") or "")).rstrip(".")
+
+
+def due(todo: Mapping[str, Any]) -> str | None:
+    value = todo.get("due_at")
+    if not isinstance(value, str) or len(value) < 10:
+        return None
+    # A date-only due date is stored as the end of that day.
+    return value[:10] if value[11:16] in ("", "23:59") else f"{value[:10]} {value[11:16]}"
+
+
+def extras(todo: Mapping[str, Any]) -> str:
+    notes = []
+    if todo.get("priority") in ("high", "low"):
+        notes.append(f"{todo['priority']} priority")
+    if when := due(todo):
+        notes.append(f"due {when}")
+    if todo.get("steps_total"):
+        notes.append(f"{todo.get('steps_done', 0)}/{todo['steps_total']} steps done")
+    return f" ({', '.join(notes)})" if notes else ""
+
+
+def line(todo: Mapping[str, Any], *, show_done: bool, overdue: bool = False) -> str:
+    done = " (done)" if show_done and todo.get("completed") else ""
+    late = " (overdue)" if overdue else ""
+    return f"- #{todo.get('number')} {title(todo)}{done}{late}{extras(todo)}"
+
+
+def count(n: int, noun: str = "task") -> str:
+    return f"{n} {noun if n == 1 else noun + 's'}"
+
+
+def added(todos: Sequence[Mapping[str, Any]]) -> str:
+    if len(todos) == 1:
+        todo = todos[0]
+        return f"Added task {todo.get('number')}: {title(todo)}{extras(todo)}."
+    lines = [line(todo, show_done=False) for todo in todos]
+    return "\n".join([f"Added {count(len(todos))}:", *lines])
+
+
+MAX_CHOICES = 10

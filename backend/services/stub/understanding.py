@@ -1,0 +1,593 @@
+"""Understanding: a message becomes typed commands (intent and slots); nothing runs here.
+
+The grammar is tables: each row of `_VERB_RULES` and `_STATE_RULES` is a pattern and the
+command it builds, and the word lists say what a list question, a reference or a filler
+sounds like. Adding a phrasing is adding a row. Entities (dates, numbers, priorities) are
+left in the slots as typed and read by `entities`; references are resolved by `resolver`.
+
+Whitespace is collapsed first, so every ` ` in a pattern is exactly one character, and no
+pattern nests quantifiers: each match is linear in the message length. Messages longer than
+any command are declined before parsing.
+"""
+
+import re
+from collections.abc import Callable
+from dataclasses import replace
+
+from backend.models.task import Priority
+from backend.services.stub import entities
+from backend.services.stub.commands import (
+    AddTask,
+    Command,
+    DeleteTask,
+    Field,
+    Help,
+    ListTasks,
+    Plan,
+    RefCommand,
+    Say,
+    SetCompleted,
+    ShowSteps,
+    Undo,
+    UpdateTask,
+)
+from backend.services.stub.context import Context
+from backend.services.stub.questions import list_request
+from backend.services.stub.references import explicit_id, names_one
+from backend.services.stub.replies import TOO_LONG, WELCOME, shorten
+
+
+def _rx(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.IGNORECASE | re.DOTALL)
+
+
+# --- Vocabulary ---------------------------------------------------------------------------
+
+_LEVEL = r"(?P<level>high|higher|top|urgent|important|critical|medium|normal|low|lower)"
+_LEVELS: dict[str, Priority] = {
+    "high": "high",
+    "higher": "high",
+    "top": "high",
+    "urgent": "high",
+    "important": "high",
+    "critical": "high",
+    "medium": "medium",
+    "normal": "medium",
+    "low": "low",
+    "lower": "low",
+}
+_DONE = r"(?:done|complete|completed|finished|closed|resolved|checked off|ticked off)"
+_UNDONE = (
+    r"(?:not (?:yet )?(?:done|complete|completed|finished)|incomplete|uncompleted|undone"
+    r"|unfinished|pending|open|active|to-?do|not started)"
+)
+_MARK = r"(?:mark|set|flag|change|update|move|put|switch|turn)"
+_LIST_NOUNS = r"(?:list|tasks|todos|to-dos|todo list|to-do list|task list)"
+
+# --- Patterns (all used with match/fullmatch on whitespace-collapsed text) ----------------
+
+_GREETING = _rx(
+    r"(?:(?:hi|hello|hey|hiya|howdy|yo|greetings|good (?:morning|afternoon|evening|day))"
+    r"(?: there| again| all| everyone)?(?: [\w.'-]{1,40})?"
+    r"|help(?: me| please| pls)?|i need help|what can you do|what do you do"
+    r"|what can i (?:say|do|ask)|how does (?:this|it) work|how do i use (?:this|you|it)"
+    r"|who are you|what are you|commands|menu|start|\?)"
+)
+_THANKS = _rx(
+    r"(?:thanks|thank you|thx|ty|cheers|great|cool|ok|okay|nice|perfect|awesome|got it)"
+    r"(?: (?:so much|a lot|very much|again))?(?: (?:thanks|thank you))?"
+)
+# Politeness and request framing in front of a command: "could you please", "I want to".
+_REQUEST = _rx(
+    r"(?:please|pls|plz|kindly|ok|okay|so|and|also|now|then|hey|hi|hello|yo|just|quickly"
+    r"|actually|oh|oops|sorry|wait|um|umm|hmm|well|btw|no|nah|right|alright|hey there"
+    r"|(?:can|could|would|will) (?:you|u)(?: please| pls| kindly)?|(?:can|could|may) i(?: please)?"
+    r"|i(?: would|'d)? like to|i want to|i wanna|let's|lets|let me|go ahead and)[,:!]? "
+)
+_TRAILING_FILLERS = (("please",), ("pls",), ("plz",), ("thanks",), ("thx",), ("thank", "you"))
+
+_REOPEN = (
+    _rx(
+        r"(?:re-?open|un-?complete|undo|unmark|uncheck|untick|unfinish|restore|revive)"
+        rf" (?P<ref>.+?)(?: as {_DONE})?"
+    ),
+    _rx(rf"{_MARK} (?P<ref>.+?)(?: back)?(?: as| to)? {_UNDONE}"),
+)
+_COMPLETE = (
+    _rx(rf"{_MARK} (?P<ref>.+?)(?: as| to)? {_DONE}"),
+    _rx(r"(?:check|tick|cross|strike) off (?P<ref>.+)"),
+    _rx(r"(?:check|tick|cross|strike) (?P<ref>.+?) off"),
+    _rx(r"(?:complete|finish|close|resolve|accomplish) (?P<ref>.+)"),
+    _rx(
+        r"i(?:'m| am|'ve| have)?(?: just| already)?"
+        r" (?:done with|finished with|through with|finished|completed|did|done) (?P<ref>.+)"
+    ),
+)
+# Past tense without "I" ("finished task 2") also starts "completed tasks", a list request:
+# these only count when they clearly name one task.
+_COMPLETE_TERSE = _rx(r"(?:finished|completed) (?P<ref>.+)")
+_DONE_WITH = _rx(r"(?:done with|finished with|through with) (?P<ref>.+)")
+_DELETE = _rx(
+    r"(?:delete|remove|erase|trash|discard|drop|scratch|scrap|bin|ditch|cancel|clear|get rid of"
+    r"|throw away"
+    rf"|throw out|forget about) (?P<ref>.+?)(?: (?:from|off|on) (?:my|the) {_LIST_NOUNS})?"
+)
+_UPDATE = _rx(
+    r"(?P<verb>change|rename|update|edit|modify|retitle|reword|rewrite|replace|set|move"
+    r"|reschedule|postpone|push back|push|delay|defer|shift|bump)"
+    r" (?P<ref>.+?)(?: to| into| as| with| until| till| for|:| -| =| ->) (?P<new>.+)"
+)
+# "postpone the haircut by three days", "push task 2 back a week".
+_SHIFT_BY = _rx(
+    r"(?:postpone|push back|push|delay|defer|move|shift|bump|put off) (?P<ref>.+?)(?: back)?"
+    r" (?P<by>(?:by |for )?(?:another )?(?:a|an|\d{1,3}|[a-z]+) (?:days?|weeks?|months?))"
+)
+_UPDATE_INCOMPLETE = _rx(
+    r"(?:change|rename|update|edit|modify|retitle|reword|move|reschedule|postpone|push back"
+    r"|delay|defer) (?P<ref>.+)"
+)
+_PRIORITY = _rx(
+    rf"(?:make|mark|set|flag) (?P<ref>.+?)(?: as| to)?(?: an?)? {_LEVEL}"
+    r"(?:[- ]priority| prio| importance)?"
+)
+_PRIORITIZE = _rx(r"(?P<de>de-?)?prioriti[sz]e (?P<ref>.+)")
+# "task 3 is done", "the meeting task isn't finished", "task 2 is due friday".
+_IS_UNDONE = _rx(
+    r"(?P<ref>.+?) (?:is not|isn't|is no longer|was not|wasn't)(?: yet)?"
+    r" (?:done|complete|completed|finished)(?: yet)?"
+)
+_IS_DONE = _rx(
+    rf"(?P<ref>.+?)(?: is| was| are| were| has been| have been)?(?: now| all| already)? {_DONE}"
+)
+_IS_DUE = _rx(r"(?P<ref>.+?)(?: is| should be)? due (?P<new>.+)")
+
+# The field a change names: "the due date of task 2", "task 2's title".
+_FIELD_WORDS = (
+    r"(?P<field>title|name|text|wording|description|details|notes?|due date|due|deadline"
+    r"|date|priority)"
+)
+_FIELD_OF = _rx(rf"(?:the )?{_FIELD_WORDS} (?:of|for|on) (?P<ref>.+)")
+_FIELD_AFTER = _rx(rf"(?P<ref>.+?)(?:'s|s')? {_FIELD_WORDS}")
+_FIELDS: dict[str, "Field"] = {
+    "title": "title",
+    "name": "title",
+    "text": "title",
+    "wording": "title",
+    "description": "description",
+    "details": "description",
+    "note": "description",
+    "notes": "description",
+    "due date": "due",
+    "due": "due",
+    "deadline": "due",
+    "date": "due",
+    "priority": "priority",
+}
+_RENAME_VERBS = frozenset({"rename", "retitle", "reword", "rewrite"})
+_MOVE_VERBS = frozenset(
+    {"move", "reschedule", "postpone", "push back", "push", "delay", "defer", "shift", "bump"}
+)
+
+_ARTICLE = r"(?: (?:a|an|another|one more|the|this|my|some))?(?: new)?"
+_NOUN = r"(?: (?P<level>high|top|urgent|important|medium|normal|low)(?:[- ]priority)?)?"
+_NOUN += r" (?:task|todo|to-do|to do|item|reminder|entry|note)"
+_ONTO_LIST = rf"(?: (?:to|on|onto|in|into) (?:my|the) {_LIST_NOUNS})?"
+_TITLE_SEP = r"(?: (?:to|that says|saying|called|named|titled|for|about|with title)|:| -)?(?: |$)"
+_ADD = (
+    # "add buy milk", "create a task: call the bank"
+    _rx(
+        r"(?:add|create|note down|jot down|write down)"
+        rf"{_ARTICLE}(?:{_NOUN})?{_ONTO_LIST}{_TITLE_SEP}(?P<title>.*)"
+    ),
+    # Verbs that only mean "add" with a noun: "new task pay rent", "set a reminder to ...".
+    _rx(
+        r"(?:new|(?:make|save|set|set up|schedule|start|write|log|record|enter|put|insert|open)"
+        rf" (?:a|an|another|one more)(?: new)?){_NOUN}{_ONTO_LIST}{_TITLE_SEP}(?P<title>.*)"
+    ),
+)
+# "put milk on the shopping list": a new task, said the other way round.
+_PUT_ON_LIST = _rx(
+    r"(?:put|stick|pop|throw) (?P<title>.+?) (?:on|onto|in|to) (?:my|the)"
+    r" (?:shopping |todo |to-do |task )?list(?P<level>)"
+)
+# "remind me to", "I need to remember to", "todo: ..." are always a new task.
+_REMEMBER = _rx(
+    r"(?:(?:i (?:need|have|want|must|should|ought|got)(?: to)? |i've got to |i gotta )?"
+    r"remember(?: to)?|remind me(?: to| about| of| that i (?:need|have) to| that)?"
+    r"|(?:don't|dont|do not) (?:let me )?forget(?: to| about)?|note to self"
+    r"|(?:new )?(?:task|todo|to-do|reminder)(?= ?:)|todo|to-do)[:,]?(?: |$)"
+)
+# "I need to call mom" is a new task, unless it goes on with a command ("I need to finish task 2").
+_NEED_TO = _rx(
+    r"(?:i (?:need|have|must|should|ought|gotta)(?: to)?|i've got to|i got to|i gotta"
+    r"|need to|have to|gotta|must)(?: really| just| also| definitely| probably)? "
+)
+
+_PRIORITY_VALUE = _rx(rf"(?:an? )?(?:(?:priority|prio):? )?{_LEVEL}(?:[- ]priority| prio)?")
+
+# --- Parsing ----------------------------------------------------------------------------
+
+
+_STRAIGHT_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
+
+
+def _collapse(text: str) -> str:
+    return " ".join(text.translate(_STRAIGHT_QUOTES).split())
+
+
+def _strip_request(text: str) -> str:
+    """Drop trailing "please"/"thanks" and leading "could you please", "I want to"..."""
+    tokens = text.rstrip(" .!?,;:").split(" ")
+    stripped = True
+    while stripped:  # each round removes at least one word
+        stripped = False
+        for filler in _TRAILING_FILLERS:
+            tail = tuple(t.lower().rstrip(".,!?") for t in tokens[-len(filler) :])
+            if len(tokens) > len(filler) and tail == filler:
+                del tokens[-len(filler) :]
+                stripped = True
+                break
+    text = " ".join(tokens).rstrip(" .!?,;:")
+    for _ in range(8):  # each round removes a word; a bound keeps this linear
+        match = _REQUEST.match(text)
+        if match is None or match.end() == len(text):
+            break
+        text = text[match.end() :]
+    return text
+
+
+MAX_COMMAND_CHARS = 2_500  # no command is longer; the cap also bounds the work per message
+MAX_ITEMS = 20  # tasks one message may add
+
+_UNDO = _rx(
+    r"(?:undo|revert|reverse|take back|roll back)(?: (?:that|this|it|the last (?:change|one|thing)"
+    r"|what you (?:just )?did|my last (?:change|message)|the last thing you did))?(?: please)?"
+)
+_PLAN_STEPS = (
+    _rx(
+        r"(?:plan|plan out|break down|break up|split up|split) (?P<title>.+?)"
+        r"(?: into(?: steps)?)?: (?P<steps>.+)"
+    ),
+    _rx(r"(?:break|split) (?P<title>.+?)(?: down| up)? into(?: steps)?:? (?P<steps>.+)"),
+    _rx(r"(?:plan|plan out) (?P<title>.+?) (?:with steps|in steps|steps):? (?P<steps>.+)"),
+)
+_PLAN_ASK = _rx(
+    r"(?:help me |can you help me |could you help me |let's |lets )?(?:plan|plan out|break down"
+    r"|break up|split up)(?: for)? (?P<title>.+?)(?: into steps| in steps| step by step)?"
+    r"|(?:break|split) (?P<title2>.+?) (?:down|up|into steps)(?: into steps)?"
+)
+_ADD_STEPS = (
+    _rx(
+        r"add (?:a |another |one more |the |some )?steps? (?:to|for|under) (?P<ref>.+?):"
+        r" (?P<steps>.+)"
+    ),
+    _rx(r"add (?P<steps>.+?) as (?:a |another )?steps? (?:to|for|of|under) (?P<ref>.+)"),
+)
+_SHOW_STEPS = _rx(
+    r"(?:what are |what're |show(?: me)? |list |tell me |whats |what's )?(?:the |my )?steps"
+    r" (?:for|of|in|to) (?P<ref>.+)"
+    r"|how far am i (?:with|on|in) (?P<ref2>.+)"
+)
+# "make it almond milk", "actually call it pay the rent": a pronoun and its new title.
+_MAKE_IT = _rx(
+    r"(?:make|call|change|turn) (?P<ref>it|that|this|that one|this one) (?:to |into )?(?P<new>.+)"
+)
+# "I emailed Jo", "got the apples": past tense means done.
+_PAST = _rx(
+    r"(?:(?:i|we)(?:'ve|'d)? )?(?:(?:just|already|finally|have|had) )*"
+    r"(?P<verb>[a-z]{2,}ed|got|bought|paid|sent|wrote|took|made|did|rang|met|sold|fed|brought"
+    r"|went|swept|sorted|ate|drank|found|gave|ran|saw|spoke|told|hung|threw"
+    r"|taken|written|given|done|eaten|seen|spoken|sent off|dropped off|picked up) (?P<rest>.+)"
+)
+_NOT_PAST = frozenset(
+    {"need", "feed", "seed", "speed", "bleed", "breed", "weed", "proceed", "exceed", "succeed",
+     "bed", "red", "shed", "wed", "embed", "shred", "sled", "bred"}
+)  # fmt: skip
+# "the plumber one", "number 2", "the second": a reference alone, answering "Which one?".
+_BARE_REF = _rx(
+    r"(?:the|that|number|no\.?|#|task|todo)\b.*|\d{1,9}|(?:first|second|third|fourth|fifth|last)"
+    r"(?: one)?|.+ one"
+)
+_MORE = _rx(r"(?:and|also|plus|oh and|and also|oh also|as well as)(?: add)? (?P<text>.+)")
+_ITEM_SPLIT = re.compile(r"\s*(?:\n|;|,\s*(?:and|&)\s+|,\s*|\s+(?:and|&)\s+)\s*", re.I)
+_STEP_SPLIT = re.compile(r"\s*(?:\n|;|,\s*(?:and|then|&)\s+|,\s*|\s+(?:and|then|&)\s+)\s*", re.I)
+_BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d{1,2}[.)])\s+", re.M)
+# Verbs that start a task of their own: "email Jo and book a table" is two tasks, "buy salt
+# and pepper" one.
+TASK_VERBS = frozenset(
+    [
+        "call", "email", "e-mail", "text", "phone", "ring", "buy", "get", "book", "pay", "send",
+        "pick", "write", "clean", "fix", "finish", "submit", "renew", "schedule", "order",
+        "return", "water", "walk", "feed", "wash", "cancel", "check", "make", "prepare", "read",
+        "print", "post", "mail", "visit", "meet", "take", "bring", "tidy", "cook", "file",
+        "update", "review", "reply", "answer", "sign", "collect", "drop", "grab", "pack",
+        "move", "sell", "install", "repair", "paint", "plan", "organize", "organise",
+        "register", "apply", "vacuum", "iron", "mow", "shop", "study", "practice", "practise",
+        "learn", "watch", "charge", "back", "ask", "tell", "remind", "invite", "thank", "cut",
+        "fill", "empty", "change", "replace", "refill", "print", "scan", "download", "upload",
+        "do",
+    ]
+)  # fmt: skip
+_ARTICLE_START = re.compile(r"^(?:a|an|some)\s+", re.I)
+
+
+def parse(message: str, context: Context | None = None) -> list[Command]:
+    """What the user asked for, as commands in order; empty when it is not understood."""
+    context = context or Context()
+    raw = _collapse_lines(message)
+    text = _collapse(raw).rstrip(" .!?,;:")
+    if not text:
+        return []
+    if len(text) > MAX_COMMAND_CHARS:
+        return [Say(TOO_LONG)]
+    if _BULLET.search(raw) and (lines := _bullets(raw)):
+        return lines
+    if _THANKS.fullmatch(text):
+        return [Say(WELCOME)]
+    if _GREETING.fullmatch(text):
+        return [Help()]
+    if context.last_added and (more := _MORE.fullmatch(text)) and _command(more["text"]) is None:
+        return _adds(_ARTICLE_START.sub("", more["text"]))
+    text = _strip_request(text)
+    if _GREETING.fullmatch(text):
+        return [Help()]
+    if context.question_from and _command(text) is None and _BARE_REF.fullmatch(text):
+        earlier = parse(context.question_from)
+        if len(earlier) == 1 and isinstance(earlier[0], RefCommand):
+            return [replace(earlier[0], ref=text)]
+    return _understood(text)
+
+
+def _understood(text: str) -> list[Command]:
+    if (command := _command(text)) is not None:
+        if isinstance(command, AddTask) and command.parent is None:
+            return _adds(command.text, command.priority)
+        return [command]
+    if match := _REMEMBER.match(text):
+        return _adds(text[match.end() :])
+    if match := _NEED_TO.match(text):
+        rest = text[match.end() :]
+        command = _command(rest)
+        # "I need to finish task 2" is a command; "I need to finish the report" is a new task.
+        if isinstance(command, ListTasks) or (
+            isinstance(command, SetCompleted | DeleteTask | UpdateTask)
+            and explicit_id(command.ref) is not None
+        ):
+            return [command]
+        if isinstance(command, AddTask):
+            return _adds(command.text, command.priority)
+        return _adds(rest)
+    if (match := _PAST.fullmatch(text)) and match["verb"].lower() not in _NOT_PAST:
+        return [SetCompleted(f"{match['verb']} {match['rest']}", completed=True)]
+    if _reads_as_task(text):
+        return _adds(text)
+    return []
+
+
+def _reads_as_task(text: str) -> bool:
+    """ "call the vet tomorrow morning", "urgent: call the bank": an instruction to oneself
+    with a date or a priority is a new task, though a bare "buy milk" is not understood."""
+    rest, level = entities.take_priority(text)
+    if not rest or rest.split(" ", 1)[0].lower() not in TASK_VERBS:
+        return False
+    return level is not None or (entities.might_be_date(rest) and entities.says_date(rest))
+
+
+def _adds(text: str, priority: Priority | None = None) -> list[Command]:
+    """One AddTask per task the text names: "apples, pears and flour" is three."""
+    items = split_items(text)
+    return [AddTask(item, priority) for item in items] if items else [AddTask("", priority)]
+
+
+def split_items(text: str, *, steps: bool = False) -> list[str]:
+    """The tasks in `text`, split where a human reads several. A quoted title is one."""
+    text = text.strip(" ,;:-")
+    if not text or text[0] in "'\"" or len(text) > entities.MAX_DATE_TEXT:
+        return [text] if text else []
+    rest, level = entities.take_priority(text)
+    pieces = [p for p in (_STEP_SPLIT if steps else _ITEM_SPLIT).split(rest) if p]
+    if steps or len(pieces) < 2:
+        return pieces[:MAX_ITEMS] if steps else [text]
+    has_comma = "," in rest or ";" in rest
+    first_verb = pieces[0].split(" ", 1)[0].lower()
+    if not has_comma and not all(p.split(" ", 1)[0].lower() in TASK_VERBS for p in pieces[1:]):
+        return [text]  # "buy salt and pepper", "call mom and dad": one task
+    if any(_starts_clause(p) for p in pieces[1:]) or entities.is_date(pieces[-1]):
+        return [text]  # ", it's for the party", ", which is due friday": one task
+    if first_verb in TASK_VERBS and " " in pieces[0]:
+        verb = pieces[0].split(" ", 1)[0]
+        pieces = [pieces[0]] + [
+            p if p.split(" ", 1)[0].lower() in TASK_VERBS else f"{verb} {p}" for p in pieces[1:]
+        ]
+    suffix = f", {level} priority" if level else ""
+    return [p + suffix for p in pieces[:MAX_ITEMS]]
+
+
+_CLAUSE_STARTS = frozenset(
+    [
+        "it", "it's", "its", "which", "that", "who", "because", "so", "but", "then", "or", "if",
+        "when", "this", "is", "was",
+    ]
+)  # fmt: skip
+
+
+def _starts_clause(piece: str) -> bool:
+    return piece.split(" ", 1)[0].lower() in _CLAUSE_STARTS
+
+
+def _collapse_lines(text: str) -> str:
+    return text.translate(_STRAIGHT_QUOTES).replace("\r", "")
+
+
+def _bullets(raw: str) -> list[Command]:
+    """A bullet list under an optional heading ("add these:") is one task per bullet."""
+    lines = [line.strip() for line in raw.split("\n") if line.strip()]
+    items = [_BULLET.sub("", line) for line in lines if _BULLET.match(line)]
+    heading = [line for line in lines if not _BULLET.match(line)]
+    if len(heading) > 1 or not items:
+        return []
+    if heading and not _HEADING.fullmatch(_collapse(heading[0]).rstrip(" .!?:")):
+        return []
+    return [AddTask(_collapse(item).rstrip(" .;")) for item in items[:MAX_ITEMS]]
+
+
+_HEADING = _rx(
+    r"(?:(?:please |pls |can you |could you )?(?:add|remind me(?: to)?|i need to|todo|to-?dos?"
+    r"|tasks?|new tasks?|shopping list|groceries|my list)(?: these| the following| this)?"
+    r"(?: (?:tasks?|items?|things?|to my list))?"
+    r"|(?:things|stuff) (?:to do|i need to do)(?: today| this week)?)"
+)
+
+
+def _command(text: str) -> Command | None:
+    """A command that starts with its verb, a list request, or "task 3 is done"."""
+    for pattern, build in _VERB_RULES:
+        if (match := pattern.fullmatch(text)) and (intent := build(match)) is not None:
+            return intent
+    if (intent := list_request(text)) is not None:
+        return intent
+    for pattern, build in _STATE_RULES:
+        if (match := pattern.fullmatch(text)) and (intent := build(match)) is not None:
+            return intent
+    return None
+
+
+Rule = Callable[[re.Match[str]], Command | None]
+
+
+def _ref(match: re.Match[str]) -> str | None:
+    """The task a command names; "a reminder" or "a new task" never names an existing one."""
+    ref = match["ref"]
+    return None if ref.split(" ", 1)[0].lower() in ("a", "an", "another", "some", "up") else ref
+
+
+def _one_ref(match: re.Match[str]) -> str | None:
+    """The task, when the sentence has no verb up front and must name it plainly."""
+    ref: str = match["ref"]
+    return ref if names_one(ref) else None
+
+
+def _set_completed(completed: bool, ref: Callable[[re.Match[str]], str | None] = _ref) -> Rule:
+    def build(match: re.Match[str]) -> Command | None:
+        found = ref(match)
+        return None if found is None else SetCompleted(found, completed=completed)
+
+    return build
+
+
+def _plan(match: re.Match[str]) -> Command | None:
+    steps = split_items(match["steps"], steps=True)
+    return Plan(match["title"], tuple(steps)) if steps else None
+
+
+def _add_steps(match: re.Match[str]) -> Command | None:
+    steps = split_items(match["steps"], steps=True)
+    if len(steps) != 1:
+        return Say(
+            "I add one step at a time to an existing task, for example: "
+            '"Add a step to task 2: book the van".'
+        )
+    return AddTask(steps[0], parent=match["ref"])
+
+
+def _make_it(match: re.Match[str]) -> Command | None:
+    if entities.priority_in(match["new"]) or entities.is_date(match["new"]):
+        return None  # "make it urgent", "make it friday": the priority and update rules
+    return UpdateTask(match["ref"], "title", match["new"])
+
+
+def _add(match: re.Match[str]) -> Command:
+    return AddTask(match["title"], _LEVELS.get((match["level"] or "").lower()))
+
+
+def _shift_by(match: re.Match[str]) -> Command | None:
+    ref = _ref(match)
+    if ref is None or entities.shift(match["by"]) is None:
+        return None
+    return UpdateTask(ref, "due", match["by"])
+
+
+def _change(match: re.Match[str]) -> Command | None:
+    ref = _ref(match)
+    return None if ref is None else _update(match["verb"].lower(), ref, match["new"])
+
+
+def _priority(match: re.Match[str]) -> Command | None:
+    ref = _ref(match)
+    return None if ref is None else UpdateTask(ref, "priority", match["level"])
+
+
+def _prioritize(match: re.Match[str]) -> Command | None:
+    ref = _ref(match)
+    return None if ref is None else UpdateTask(ref, "priority", "low" if match["de"] else "high")
+
+
+def _delete(match: re.Match[str]) -> Command | None:
+    ref = _ref(match)
+    return None if ref is None else DeleteTask(ref)
+
+
+def _ask_what_to_change(match: re.Match[str]) -> Command | None:
+    if _ref(match) is None:
+        return None
+    return Say(
+        f"What should I change {shorten(match['ref'])} to? For example: "
+        '"Rename task 1 to Call mom" or "Move task 1 to Friday".'
+    )
+
+
+def _is_due(match: re.Match[str]) -> Command | None:
+    ref = _one_ref(match)
+    return None if ref is None else UpdateTask(ref, "due", match["new"])
+
+
+# In order; a rule whose builder returns None lets the next one try.
+_VERB_RULES: list[tuple[re.Pattern[str], Rule]] = [
+    (_UNDO, lambda _: Undo()),
+    *((pattern, _plan) for pattern in _PLAN_STEPS),
+    *((pattern, _add_steps) for pattern in _ADD_STEPS),
+    (_SHOW_STEPS, lambda m: ShowSteps(m["ref"] or m["ref2"])),
+    (_PLAN_ASK, lambda m: Plan(m["title"] or m["title2"], ())),
+    (_MAKE_IT, _make_it),
+    *((pattern, _set_completed(False)) for pattern in _REOPEN),
+    *((pattern, _set_completed(True)) for pattern in _COMPLETE),
+    (_DONE_WITH, _set_completed(True)),
+    (_COMPLETE_TERSE, _set_completed(True, _one_ref)),
+    (_DELETE, _delete),
+    *((pattern, _add) for pattern in _ADD),
+    (_PUT_ON_LIST, _add),
+    (_SHIFT_BY, _shift_by),
+    (_UPDATE, _change),
+    (_PRIORITY, _priority),
+    (_PRIORITIZE, _prioritize),
+    (_UPDATE_INCOMPLETE, _ask_what_to_change),
+]
+_STATE_RULES: list[tuple[re.Pattern[str], Rule]] = [
+    (_IS_UNDONE, _set_completed(False, _one_ref)),
+    (_IS_DONE, _set_completed(True, _one_ref)),
+    (_IS_DUE, _is_due),
+]
+
+
+def _update(verb: str, ref: str, new: str) -> Command:
+    """ "change X to Y": which field Y is for follows from the verb, a named field, or Y."""
+    field: Field | None = None
+    if match := _FIELD_OF.fullmatch(ref) or _FIELD_AFTER.fullmatch(ref):
+        ref, field = match["ref"], _FIELDS[match["field"].lower()]
+    if verb in _RENAME_VERBS:
+        field = "title"
+    elif verb in _MOVE_VERBS and field in (None, "due"):
+        field = "due"
+        if not entities.is_date(new) and entities.shift(new) is None:
+            return Say(
+                f'I can move a task to a date like "tomorrow", "Friday" or "2026-12-01", '
+                f"but not {shorten(new)}."
+            )
+    if field is None:
+        if entities.is_date(new):
+            field = "due"
+        elif _PRIORITY_VALUE.fullmatch(new):
+            field = "priority"
+        else:
+            field = "title"
+    return UpdateTask(ref, field, new)

@@ -196,6 +196,12 @@ async def test_database_stopped_mid_run_loses_no_accepted_message(
         lanes = [asyncio.create_task(chatter(lane)) for lane in range(3)]
         await asyncio.sleep(1.0)
         await asyncio.to_thread(outage_db.stop)
+        # The lanes may all be inside accepted turns, riding the outage out; a message that
+        # arrives now, while the database is down, is refused with 503.
+        probe = "Add a task to check the outage"
+        refused = await http.post(f"/api/{user}/chat", json={"message": probe}, headers=auth(user))
+        assert refused.status_code == 503, refused.text
+        results.append((probe, refused))
         await asyncio.sleep(2.0)
         await asyncio.to_thread(outage_db.start)
         await asyncio.sleep(3.0)

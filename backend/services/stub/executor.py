@@ -286,10 +286,14 @@ def _describe(command: ListTasks, n: int) -> str:
         adjective = "overdue "
     if command.priority:
         adjective = f"{command.priority} priority "
-    suffix = {"today": " due today", "week": " due this week"}.get(command.due or "", "")
+    return f"{n} {adjective}{'task' if n == 1 else 'tasks'}{_due_words(command)}"
+
+
+def _due_words(command: ListTasks) -> str:
+    """ " due today", " due this week", " due tomorrow", or nothing."""
     if command.tomorrow:
-        suffix = " due tomorrow"
-    return f"{n} {adjective}{'task' if n == 1 else 'tasks'}{suffix}"
+        return " due tomorrow"
+    return {"today": " due today", "week": " due this week"}.get(command.due or "", "")
 
 
 def _listing(command: ListTasks, found: list[ToolResult], today: date | None = None) -> str:
@@ -328,7 +332,4 @@ def _nothing(command: ListTasks) -> str:
     kind = "pending tasks" if command.status == "pending" else "tasks"
     if command.priority:
         kind = f"{command.priority} priority tasks"
-    when = {"today": " due today", "week": " due this week"}.get(command.due or "", "")
-    if command.tomorrow:
-        when = " due tomorrow"
-    return f"You have no {kind}{when}. Add one with {replies.ADD_EXAMPLE}."
+    return f"You have no {kind}{_due_words(command)}. Add one with {replies.ADD_EXAMPLE}."

@@ -21,7 +21,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import httpx
 from jose import jwt
 from jose.exceptions import JOSEError
-from pydantic import SecretStr
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -68,19 +67,15 @@ def credentials(args: argparse.Namespace) -> Credentials:
         if not isinstance(user_id, str) or not user_id:
             raise ConfigError("--token / TODO_AGENT_TOKEN has no sub (user id).")
         return Credentials(args.token, user_id, str(claims.get("name") or user_id))
-    settings = Settings()
-    secret = settings.jwt_secret
-    path = settings.development_secret_path
-    # The same rule as the service's: the data dir's secret when no JWT settings are made.
-    if secret is None and not settings.jwt_jwks_url and not settings.is_production:
-        secret = SecretStr(path.read_text().strip()) if path.exists() else None
-    if secret is None:
+    # The service's own rule, but a secret made here would sign tokens no server accepts.
+    settings = Settings().with_development_secret(create=False)
+    if settings.jwt_secret is None:
         raise ConfigError(
             "no token: pass --token or set TODO_AGENT_TOKEN (todo-agent token USER_ID), or run "
             "where the service's JWT_SECRET or its data dir (TODO_AGENT_DATA_DIR) is."
         )
     name = args.user or os.environ.get("USER") or "me"
-    minted = mint_dev_token(settings=settings.model_copy(update={"jwt_secret": secret}), name=name)
+    minted = mint_dev_token(settings=settings, name=name)
     return Credentials(minted.token, minted.user_id, minted.name)
 
 

@@ -161,12 +161,15 @@ class Settings(BaseSettings):
                 "ENVIRONMENT=production refuses to start; set " + "; ".join(problems) + "."
             )
 
-    def with_development_secret(self) -> "Settings":
-        """In development with no JWT settings, use (creating once) a secret in the data dir."""
+    def with_development_secret(self, *, create: bool = True) -> "Settings":
+        """In development with no JWT settings, use (creating once, unless `create` is false)
+        a secret in the data dir."""
         if self.is_production or self.jwt_secret or self.jwt_jwks_url:
             return self
         path = self.development_secret_path
         if not path.exists():
+            if not create:
+                return self
             self.data_dir.mkdir(parents=True, exist_ok=True)
             path.touch(mode=0o600)
             path.write_text(secrets.token_urlsafe(48))

@@ -69,12 +69,16 @@ class Opening:
 # Then the history: the latest messages before this one (the statement's snapshot does not
 # see the row it inserts), newest first, by one index range scan on (session_id, seq) whose
 # cost does not grow with the session. Refused turns change nothing.
-_OPEN_TURN = """
-    WITH gate AS (
-        SELECT COALESCE(display_name, name) AS name, timezone, instructions, model,
+# The user's name and timezone, and GCRA's gate (see below), for every statement that
+# admits work against the user's rate limit.
+_GATE_COLUMNS = """COALESCE(display_name, name) AS name, timezone,
                GREATEST(COALESCE(chat_tat, now()), now()) AS base,
                GREATEST(COALESCE(chat_tat, now()), now()) - now()
-                   <= make_interval(secs => :tau) AS allowed,
+                   <= make_interval(secs => :tau) AS allowed"""
+
+_OPEN_TURN = """
+    WITH gate AS (
+        SELECT {gate}, instructions, model,
                CASE WHEN tokens_day = CURRENT_DATE THEN tokens_used ELSE 0 END AS tokens_today
         FROM users WHERE id = :owner FOR NO KEY UPDATE
     ), lease AS (
@@ -126,6 +130,7 @@ _LEASES = {
 _OPEN_TURN_STATEMENTS = {
     (kind, regenerate): text(
         _OPEN_TURN.format(
+            gate=_GATE_COLUMNS,
             lease=lease,
             found=f"EXISTS (SELECT FROM agent_sessions WHERE {where})" if where else "true",
             # Regenerating answers the stored last user message again: nothing is added.
@@ -212,13 +217,9 @@ _FINISH = text(
 
 # A tool call from outside a turn (an MCP client) passes the same gate as a turn: one
 # unit of the user's CHAT_RATE_LIMIT_PER_MINUTE. Also reads what the tools need to know.
-_ADMIT_CALL = text(
-    """
+_ADMIT_CALL_SQL = """
     WITH gate AS (
-        SELECT name, timezone,
-               GREATEST(COALESCE(chat_tat, now()), now()) AS base,
-               GREATEST(COALESCE(chat_tat, now()), now()) - now()
-                   <= make_interval(secs => :tau) AS allowed
+        SELECT {gate}
         FROM users WHERE id = :owner FOR NO KEY UPDATE
     ), admitted AS (
         UPDATE users SET chat_tat = (SELECT base FROM gate) + make_interval(secs => :interval)
@@ -227,8 +228,8 @@ _ADMIT_CALL = text(
     SELECT allowed, name, timezone,
            EXTRACT(EPOCH FROM base - now())::float8 - :tau AS retry_after_s
     FROM gate
-    """
-)
+"""
+_ADMIT_CALL = text(_ADMIT_CALL_SQL.format(gate=_GATE_COLUMNS))
 
 
 @dataclass(frozen=True, slots=True)

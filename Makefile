@@ -33,9 +33,10 @@ js: $(JS_STAMPS)
 run: $(STAMP)
 	$(BIN)/todo-agent serve
 
-## The whole suite against real PostgreSQL (TEST_DATABASE_URL, else an embedded one).
+## The whole suite against real PostgreSQL (TEST_DATABASE_URL, else an embedded one), on two
+## workers, each with a database of its own; a module's tests stay together on one worker.
 test: $(STAMP) $(JS_STAMPS)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,5 +1,6 @@
 """Shared fixtures: a real PostgreSQL with the migrations applied, the app over ASGI, tokens."""
 
+import asyncio
 import os
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -7,6 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
 import httpx
 import pytest
 from fastapi import FastAPI
@@ -22,7 +24,7 @@ from backend.settings import Settings, normalize_database_url
 from tests.fake_openai import FakeOpenAI
 
 TEST_SECRET = "test-secret-" + "x" * 40
-_TABLES = "agent_messages, agent_sessions, tasks, idempotency_keys, users"
+_TABLES = "events, agent_messages, agent_sessions, tasks, idempotency_keys, users"
 
 # The service reads these from the environment; a developer's shell must not leak into tests.
 for _name in list(os.environ):
@@ -34,11 +36,33 @@ for _name in list(os.environ):
         del os.environ[_name]
 
 
+def _per_worker(url: str) -> str:
+    """Under pytest-xdist each worker gets a database of its own on the same server (created
+    here when missing), since each drops and migrates its schema and truncates per test."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return url
+    base, _, rest = url.rpartition("/")
+    name, mark, query = rest.partition("?")
+    own = f"{name}_{worker}"
+
+    async def create() -> None:
+        connection = await asyncpg.connect(url.replace("+asyncpg", ""))
+        try:
+            if not await connection.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", own):
+                await connection.execute(f'CREATE DATABASE "{own}"')
+        finally:
+            await connection.close()
+
+    asyncio.run(create())
+    return f"{base}/{own}{mark}{query}"
+
+
 @pytest.fixture(scope="session")
 def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """TEST_DATABASE_URL when set, else an embedded PostgreSQL for this run."""
     if url := os.environ.get("TEST_DATABASE_URL"):
-        yield normalize_database_url(url)
+        yield normalize_database_url(_per_worker(url))
         return
     # Outside pytest's private tmp tree (PostgreSQL runs as its own user); it stops by
     # itself when the test process exits.

@@ -53,6 +53,22 @@ class StepsHaveNoSteps(DomainError):
     detail = "That task is a step; a step cannot have steps of its own."
 
 
+class InvalidSchedule(DomainError):
+    """A repeat rule or reminder that cannot be used as given (never occurs, in the past)."""
+
+    status_code = 422
+    detail = "That schedule cannot be used."
+
+
+class InvalidLastEventId(DomainError):
+    status_code = 422
+    detail = "Last-Event-ID must be the id of an event of this stream (a whole number)."
+
+
+class CalendarNotFound(NotFound):
+    detail = "No calendar feed here."
+
+
 class UnknownModel(DomainError):
     status_code = 422
     detail = "That model is not one this service offers."
@@ -91,6 +107,11 @@ class RetryLater(DomainError):
 class RateLimited(RetryLater):
     status_code = 429
     detail = "Too many chat messages; slow down."
+
+
+class FeedRateLimited(RetryLater):
+    status_code = 429
+    detail = "This calendar feed is being read too often; try again later."
 
 
 class DatabaseUnavailable(RetryLater):

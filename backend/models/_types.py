@@ -86,3 +86,20 @@ def _convertible(value: datetime | date) -> datetime | date:
 DueAt = Annotated[
     datetime | date, BeforeValidator(_date_if_date_only), AfterValidator(_convertible)
 ]
+
+
+def _rule(value: str) -> str:
+    from backend.services.recurrence import normalize_rule  # a pure function, no I/O
+
+    return normalize_rule(value)
+
+
+# An RFC 5545 RRULE value ("FREQ=WEEKLY;BYDAY=MO", with or without "RRULE:"), kept in
+# canonical form; what is not allowed is refused with a message naming it.
+Recurrence = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, min_length=1, max_length=500),
+    AfterValidator(_rule),
+]
+# When a reminder fires; a naive value is read in the user's timezone by the service.
+RemindAt = Annotated[datetime, AfterValidator(_convertible)]

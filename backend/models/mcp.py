@@ -34,6 +34,9 @@ class TodoResult(_Result):
     due_at: str | None = Field(default=None, description="In the user's timezone.")
     priority: str
     tags: list[str]
+    recurrence: str | None = Field(default=None, description="An RRULE, when it repeats.")
+    recurrence_text: str | None = Field(default=None, description='"every Monday"')
+    remind_at: str | None = Field(default=None, description="In the user's timezone.")
 
 
 class TodoListResult(_Result):
@@ -44,6 +47,9 @@ class TodoListResult(_Result):
 class TodoChangeResult(_Result):
     status: Literal["created", "updated", "completed", "reopened"]
     todo: TodoResult
+    next_todo: TodoResult | None = Field(
+        default=None, description="The next occurrence, created by completing a repeating one."
+    )
 
 
 class TodoDeletedResult(_Result):

@@ -25,6 +25,8 @@ from backend.models._types import (
     Description,
     DueAt,
     OptionalTimestamp,
+    Recurrence,
+    RemindAt,
     Tags,
     Text,
     Timestamp,
@@ -47,11 +49,21 @@ class TaskBase(SQLModel):
     tags: Tags = PydanticField(default_factory=list)
 
 
+_RECURRENCE = (
+    "An RFC 5545 RRULE (FREQ=WEEKLY;BYDAY=MO): FREQ DAILY, WEEKLY, MONTHLY or YEARLY with "
+    "INTERVAL, BYDAY, BYMONTHDAY, BYMONTH, COUNT, UNTIL. Completing an occurrence creates "
+    "the next one."
+)
+_REMIND_AT = "When to remind; naive values are read in your timezone. Not in the past."
+
+
 class TaskCreate(TaskBase):
     due_at: DueAt | None = PydanticField(
         default=None,
         description="ISO 8601 date or date-time; naive values are read in your timezone.",
     )
+    recurrence: Recurrence | None = PydanticField(default=None, description=_RECURRENCE)
+    remind_at: RemindAt | None = PydanticField(default=None, description=_REMIND_AT)
     parent_id: uuid.UUID | Annotated[int, PydanticField(ge=1, le=999_999_999)] | None = (
         PydanticField(
             default=None,
@@ -75,6 +87,10 @@ class TaskUpdate(SQLModel):
     priority: Priority | SkipJsonSchema[None] = None
     tags: Tags | SkipJsonSchema[None] = None
     completed: bool | SkipJsonSchema[None] = None
+    recurrence: Recurrence | None = PydanticField(
+        default=None, description=_RECURRENCE + " `null` stops the series."
+    )
+    remind_at: RemindAt | None = PydanticField(default=None, description=_REMIND_AT)
 
     @model_validator(mode="after")
     def _required_fields_not_null(self) -> "TaskUpdate":
@@ -106,6 +122,18 @@ class Task(SQLModel, table=True):
             ondelete="CASCADE",
         ),
         Index("ix_tasks_user_parent", "user_id", "parent_id"),
+        Index("ux_tasks_previous", "previous_id", unique=True),
+        Index(
+            "ix_tasks_reminders_due",
+            "remind_at",
+            postgresql_where=text(
+                "remind_at IS NOT NULL AND reminded_at IS NULL AND NOT completed"
+            ),
+        ),
+        CheckConstraint(
+            "recurrence IS NULL OR (due_at IS NOT NULL AND series_id IS NOT NULL)",
+            name="ck_tasks_repeating_has_due",
+        ),
     )
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
@@ -130,6 +158,15 @@ class Task(SQLModel, table=True):
     )
     created_at: datetime = Timestamp()
     updated_at: datetime = Timestamp()
+    recurrence: str | None = Field(default=None, max_length=500)
+    recurrence_text: str | None = Field(default=None, max_length=200)
+    series_id: uuid.UUID | None = None
+    # Internal: where the rule is counted from, and the occurrence this one follows (unique:
+    # at most one successor each).
+    series_start: datetime | None = OptionalTimestamp()
+    previous_id: uuid.UUID | None = None
+    remind_at: datetime | None = OptionalTimestamp()
+    reminded_at: datetime | None = OptionalTimestamp()
 
 
 class TaskPublic(SQLModel):
@@ -147,6 +184,24 @@ class TaskPublic(SQLModel):
     parent_id: uuid.UUID | None
     steps_done: int = 0
     steps_total: int = 0
+    recurrence: str | None = PydanticField(default=None, description="An RRULE, or null.")
+    recurrence_text: str | None = PydanticField(
+        default=None, description='The rule in English ("every Monday").'
+    )
+    remind_at: datetime | None = None
+    reminded_at: datetime | None = PydanticField(
+        default=None, description="When its reminder fired."
+    )
+    series_id: uuid.UUID | None = PydanticField(
+        default=None, description="Shared by the occurrences of one repeating task."
+    )
+
+
+class TaskChanged(TaskPublic):
+    """A task after a change; when completing it created the next occurrence of a repeating
+    task, that one is `next`."""
+
+    next: TaskPublic | None = None
 
 
 class TaskDetail(TaskPublic):

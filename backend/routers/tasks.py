@@ -7,11 +7,11 @@ from fastapi import APIRouter, Body, Query, Response, status
 from backend.deps import Context, CurrentUser, DbSession, IdempotencyKey
 from backend.models.errors import API_ERRORS, error_responses
 from backend.models.task import (
+    TaskChanged,
     TaskCompletion,
     TaskCreate,
     TaskDetail,
     TaskFilters,
-    TaskPublic,
     TasksPublic,
     TaskUpdate,
 )
@@ -67,15 +67,16 @@ async def get_task(user: CurrentUser, db: DbSession, task_id: TaskId) -> TaskDet
 @router.patch("/{task_id}", operation_id="updateTask")
 async def update_task(
     user: CurrentUser, db: DbSession, task_id: TaskId, data: TaskUpdate
-) -> TaskPublic:
-    """Change the fields sent; `null` clears an optional field."""
+) -> TaskChanged:
+    """Change the fields sent; `null` clears an optional field. Completing an occurrence of
+    a repeating task answers the next one as `next`."""
     return await tasks.update_task(db=db, owner=user.user_id, ref=TaskRef.parse(task_id), data=data)
 
 
 @router.put("/{task_id}", operation_id="replaceTask")
 async def replace_task(
     user: CurrentUser, db: DbSession, task_id: TaskId, data: TaskUpdate
-) -> TaskPublic:
+) -> TaskChanged:
     """Same as PATCH (kept for clients of the earlier API)."""
     return await update_task(user, db, task_id, data)
 
@@ -86,8 +87,9 @@ async def complete_task(
     db: DbSession,
     task_id: TaskId,
     data: Annotated[TaskCompletion | None, Body()] = None,
-) -> TaskPublic:
-    """Set `completed`, or toggle it when no body is sent. Steps are left as they are."""
+) -> TaskChanged:
+    """Set `completed`, or toggle it when no body is sent. Steps are left as they are.
+    Completing an occurrence of a repeating task creates the next one, answered as `next`."""
     return await tasks.set_completed(
         db=db,
         owner=user.user_id,

@@ -12,9 +12,10 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from backend.errors import StepsHaveNoSteps, TaskNotFound
+from backend.errors import InvalidSchedule, StepsHaveNoSteps, TaskNotFound
 from backend.models.task import (
     Task,
+    TaskChanged,
     TaskCreate,
     TaskDetail,
     TaskFilters,
@@ -23,7 +24,7 @@ from backend.models.task import (
     TaskUpdate,
 )
 from backend.models.user import User
-from backend.services import idempotency
+from backend.services import idempotency, recurrence
 
 _TASK_REF = re.compile(r"^\s*(?:task\s*)?#?\s*(\d{1,9})\s*$", re.IGNORECASE)
 _TASKS: Table = Task.__table__  # type: ignore[attr-defined]
@@ -116,16 +117,23 @@ async def create_task(
         if data.steps:
             raise StepsHaveNoSteps("A step cannot have steps: give a parent or steps, not both.")
         parent_id = await _parent(db=db, owner=owner, ref=TaskRef.parse(data.parent_id))
-    tz = await _zone(db=db, owner=owner, tz=tz, needed=data.due_at is not None)
+    timed = data.due_at is not None or data.recurrence is not None or data.remind_at is not None
+    tz = await _zone(db=db, owner=owner, tz=tz, needed=timed)
+    due_at = resolve_due_at(data.due_at, tz)
+    schedule: dict[str, Any] = {"due_at": due_at}
+    if data.recurrence is not None:
+        schedule = _repeating(data.recurrence, due_at=due_at, series_id=None, tz=tz)
+    if data.remind_at is not None:
+        schedule["remind_at"] = _reminder(data.remind_at, tz)
     task = await _insert(
         db=db,
         owner=owner,
         parent_id=parent_id,
         title=data.title,
         description=data.description,
-        due_at=resolve_due_at(data.due_at, tz),
         priority=data.priority,
         tags=data.tags,
+        **schedule,
     )
     steps = [
         TaskPublic.model_validate(await _insert(db=db, owner=owner, parent_id=task.id, title=title))
@@ -150,11 +158,48 @@ async def _parent(*, db: AsyncSession, owner: str, ref: TaskRef) -> uuid.UUID:
     return parent_id
 
 
+def _repeating(
+    rule: str, *, due_at: datetime | None, series_id: uuid.UUID | None, tz: ZoneInfo
+) -> dict[str, Any]:
+    """The columns of a task that repeats by `rule`: with no due time it gets the rule's
+    first occurrence on or after today; the rule is counted from its due time."""
+    if due_at is None:
+        due_at = recurrence.first_due(rule, tz=tz)
+        if due_at is None:
+            raise InvalidSchedule(f"recurrence: {rule} has no occurrence from today on.")
+    elif not recurrence.occurs_from(rule, anchor=due_at, tz=tz):
+        raise InvalidSchedule(f"recurrence: {rule} has no occurrence from the due date on.")
+    return {
+        "due_at": due_at,
+        "recurrence": rule,
+        "recurrence_text": recurrence.describe(rule),
+        "series_id": series_id or uuid.uuid4(),
+        "series_start": due_at,
+    }
+
+
+def _reminder(value: datetime, tz: ZoneInfo) -> datetime:
+    """A reminder time as UTC (naive: in the user's zone); one in the past is refused."""
+    remind_at = value if value.tzinfo is not None else value.replace(tzinfo=tz)
+    if remind_at < datetime.now(UTC):
+        raise InvalidSchedule("remind_at is in the past; give a time from now on.")
+    return remind_at.astimezone(UTC)
+
+
 async def _insert(
-    *, db: AsyncSession, owner: str, parent_id: uuid.UUID | None, title: str, **fields: Any
+    *,
+    db: AsyncSession,
+    owner: str,
+    parent_id: uuid.UUID | None,
+    title: str,
+    **fields: Any,
 ) -> Task:
     """Insert with the owner's next number, allocated in the same statement: the counter row
     is locked until commit, so concurrent creates get distinct numbers, never reused."""
+    return (await db.exec(_insertion(owner, parent_id, title, **fields))).scalars().one()  # type: ignore[no-any-return]
+
+
+def _insertion(owner: str, parent_id: uuid.UUID | None, title: str, **fields: Any) -> Any:
     next_number = (
         update(User)
         .where(col(User.id) == owner)
@@ -177,7 +222,7 @@ async def _insert(
         .add_cte(next_number)
         .returning(Task)
     )
-    return (await db.exec(statement)).scalars().one()  # type: ignore[no-any-return]
+    return statement
 
 
 async def create_task_once(
@@ -278,22 +323,121 @@ async def get_task(*, db: AsyncSession, owner: str, ref: TaskRef) -> TaskDetail:
 
 async def update_task(
     *, db: AsyncSession, owner: str, ref: TaskRef, data: TaskUpdate, tz: ZoneInfo | None = None
-) -> TaskPublic:
+) -> TaskChanged:
+    """Change the fields sent. Setting or changing a rule, or moving a repeating task, counts
+    the rule from its (new) due time; moving the reminder lets it fire again."""
     changes: dict[str, Any] = data.model_dump(exclude_unset=True)
+    timed = {"due_at", "recurrence", "remind_at"} & changes.keys()
+    tz = await _zone(db=db, owner=owner, tz=tz, needed=bool(timed))
     if "due_at" in changes:
-        tz = await _zone(db=db, owner=owner, tz=tz, needed=data.due_at is not None)
         changes["due_at"] = resolve_due_at(data.due_at, tz)
+    if "remind_at" in changes:
+        remind_at = _reminder(data.remind_at, tz) if data.remind_at else None
+        changes["remind_at"] = remind_at
+        # A reminder moved to another time fires again; one set to its own time does not.
+        moved = col(Task.remind_at).is_distinct_from(remind_at)
+        changes["reminded_at"] = case((moved, None), else_=col(Task.reminded_at))
+    if "recurrence" in changes or "due_at" in changes:
+        changes.update(await _schedule_change(db=db, owner=owner, ref=ref, changes=changes, tz=tz))
     if "completed" in changes:
         changes.update(_completion(changes["completed"]))
-    return await _update(db=db, owner=owner, ref=ref, changes=changes)
+    row = await _update(db=db, owner=owner, ref=ref, changes=changes)
+    follows = changes.get("completed") is True
+    return await _with_next(db=db, owner=owner, row=row, tz=tz, follows=follows)
+
+
+async def _schedule_change(
+    *, db: AsyncSession, owner: str, ref: TaskRef, changes: dict[str, Any], tz: ZoneInfo
+) -> dict[str, Any]:
+    """The columns a new rule or due time sets, read against the task as it is (locked)."""
+    statement = (
+        select(col(Task.due_at), col(Task.recurrence), col(Task.series_id))
+        .where(col(Task.user_id) == owner, ref.where())
+        .with_for_update()
+    )
+    row = (await db.exec(statement)).one_or_none()
+    if row is None:
+        raise TaskNotFound()
+    due_at, rule, series_id = row
+    rule = changes.get("recurrence", rule)
+    if rule is None:
+        return {"recurrence_text": None} if "recurrence" in changes else {}
+    if "due_at" in changes:
+        if changes["due_at"] is None:
+            raise InvalidSchedule("A repeating task needs a due date; stop the series first.")
+        due_at = changes["due_at"]
+    return _repeating(rule, due_at=due_at, series_id=series_id, tz=tz)
 
 
 async def set_completed(
     *, db: AsyncSession, owner: str, ref: TaskRef, completed: bool | None
-) -> TaskPublic:
+) -> TaskChanged:
     """Mark done or not done; `None` toggles. A task's steps are left as they are, and
-    completing its last step leaves the task open: both are the user's call."""
-    return await _update(db=db, owner=owner, ref=ref, changes=_completion(completed))
+    completing its last step leaves the task open: both are the user's call. Completing an
+    occurrence of a repeating task creates the next one (once)."""
+    row = await _update(db=db, owner=owner, ref=ref, changes=_completion(completed))
+    return await _with_next(db=db, owner=owner, row=row, tz=None, follows=completed is not False)
+
+
+async def _with_next(
+    *, db: AsyncSession, owner: str, row: Any, tz: ZoneInfo | None, follows: bool
+) -> TaskChanged:
+    task, done, total = row
+    changed = TaskChanged.model_validate(task, update={"steps_done": done, "steps_total": total})
+    if follows and task.completed and task.recurrence is not None:
+        changed.next = await _follow(db=db, owner=owner, task=task, tz=tz)
+    return changed
+
+
+async def _follow(
+    *, db: AsyncSession, owner: str, task: Task, tz: ZoneInfo | None
+) -> TaskPublic | None:
+    """Create the next occurrence of completed `task`: due at the rule's first occurrence
+    after both its due time and now, with its reminder as long before, its steps open.
+    An occurrence has one successor at most: one that exists (seen here after the row lock
+    of the completion) ends it, and the unique `previous_id` refuses a concurrent second."""
+    # Both set on a repeating task (ck_tasks_repeating_has_due).
+    assert task.recurrence is not None
+    assert task.due_at is not None
+    existing = select(col(Task.id)).where(
+        col(Task.user_id) == owner, col(Task.previous_id) == task.id
+    )
+    if (await db.exec(existing)).first() is not None:
+        return None
+    tz = await _zone(db=db, owner=owner, tz=tz, needed=True)
+    after = max(task.due_at, datetime.now(UTC))
+    anchor = task.series_start or task.due_at
+    due_at = recurrence.next_due(task.recurrence, anchor=anchor, after=after, tz=tz)
+    if due_at is None:
+        return None  # the rule is finished (COUNT, UNTIL)
+    offset = recurrence.offset_of(task.due_at, task.remind_at)
+    statement = _insertion(
+        owner,
+        task.parent_id,
+        task.title,
+        description=task.description,
+        priority=task.priority,
+        tags=task.tags,
+        due_at=due_at,
+        remind_at=due_at - offset if offset is not None else None,
+        recurrence=task.recurrence,
+        recurrence_text=task.recurrence_text,
+        series_id=task.series_id,
+        series_start=task.series_start,
+        previous_id=task.id,
+    ).on_conflict_do_nothing(index_elements=["previous_id"])
+    successor = (await db.exec(statement)).scalars().one_or_none()
+    if successor is None:
+        return None  # a concurrent completion made it first
+    steps_of = (
+        select(col(Task.title))
+        .where(col(Task.user_id) == owner, col(Task.parent_id) == task.id)
+        .order_by(col(Task.number))
+    )
+    titles = list((await db.exec(steps_of)).all())
+    for title in titles:
+        await _insert(db=db, owner=owner, parent_id=successor.id, title=title)
+    return TaskPublic.model_validate(successor, update={"steps_total": len(titles)})
 
 
 def _completion(completed: bool | None) -> dict[str, Any]:
@@ -312,9 +456,8 @@ def _completion(completed: bool | None) -> dict[str, Any]:
     return {"completed": False, "completed_at": None}
 
 
-async def _update(
-    *, db: AsyncSession, owner: str, ref: TaskRef, changes: dict[str, Any]
-) -> TaskPublic:
+async def _update(*, db: AsyncSession, owner: str, ref: TaskRef, changes: dict[str, Any]) -> Any:
+    """The changed (Task, steps_done, steps_total) row."""
     statement = (
         update(Task)
         .where(col(Task.user_id) == owner, ref.where())
@@ -324,7 +467,7 @@ async def _update(
     row = (await db.exec(statement)).one_or_none()
     if row is None:
         raise TaskNotFound()
-    return _public(row)
+    return row
 
 
 async def delete_task(*, db: AsyncSession, owner: str, ref: TaskRef) -> Task:

@@ -18,8 +18,8 @@ from openai.types.chat import ChatCompletionFunctionToolParam
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from backend.errors import NotFound, StepsHaveNoSteps
-from backend.models._types import Description, DueAt, Tags, Text, Title
+from backend.errors import InvalidSchedule, NotFound, StepsHaveNoSteps
+from backend.models._types import Description, DueAt, RemindAt, Tags, Text, Title
 from backend.models.task import (
     MAX_STEPS,
     DueFilter,
@@ -30,7 +30,8 @@ from backend.models.task import (
     TaskPublic,
 )
 from backend.models.task import TaskUpdate as TaskChanges
-from backend.services import tasks
+from backend.services import recurrence, tasks
+from backend.services.recurrence import RecurrenceError
 from backend.services.tasks import TaskRef
 
 logger = logging.getLogger("todo_agent.tools")
@@ -62,6 +63,13 @@ class ToolArgs(BaseModel):
 
 
 TodoId = Field(description='The task\'s number ("3" or "#3") or its UUID.', max_length=64)
+_REPEAT = (
+    'How it repeats, in English ("every day", "every weekday", "every monday", "every '
+    'tuesday and thursday", "every other week", "every 2 weeks on friday", "monthly on the '
+    '1st", "every last friday", "every year on march 3", "every morning at 8") or an RRULE. '
+    "Completing an occurrence creates the next one."
+)
+_REMIND_AT = "When to send a reminder: ISO 8601 date-time in the user's timezone; not past."
 
 
 class ListTodos(ToolArgs):
@@ -93,6 +101,8 @@ class AddTodo(ToolArgs):
     )
     priority: Priority | None = None
     tags: Tags | None = Field(default=None, description="Up to 10 short tags.")
+    repeat: str | None = Field(default=None, max_length=200, description=_REPEAT)
+    remind_at: RemindAt | None = Field(default=None, description=_REMIND_AT)
     parent: str | None = Field(
         default=None,
         max_length=64,
@@ -104,8 +114,8 @@ class AddTodo(ToolArgs):
 
 
 class UpdateTodo(ToolArgs):
-    """Change a todo's title, description, due date, priority or tags. Null leaves a
-    field as it is."""
+    """Change a todo's title, description, due date, priority, tags, repeat or reminder.
+    Null leaves a field as it is."""
 
     name = "update_todo"
     todo_id: str = TodoId
@@ -114,6 +124,10 @@ class UpdateTodo(ToolArgs):
     due_at: DueAt | None = Field(default=None, description="ISO 8601 date or date-time.")
     priority: Priority | None = None
     tags: Tags | None = None
+    repeat: str | None = Field(
+        default=None, max_length=200, description=_REPEAT + ' "never" stops it repeating.'
+    )
+    remind_at: RemindAt | None = Field(default=None, description=_REMIND_AT)
 
 
 class CompleteTodo(ToolArgs):
@@ -246,8 +260,10 @@ class TodoTools:
         except NotFound as missing:
             name = getattr(call, "todo_id", None) or getattr(call, "parent", None) or ""
             return error(f"{missing.detail} No task {name!r}.")
-        except StepsHaveNoSteps as refused:
+        except (StepsHaveNoSteps, InvalidSchedule) as refused:
             return error(refused.detail)
+        except RecurrenceError as unreadable:
+            return error(str(unreadable))
         return error(f"Tool {call.name!r} is not available.")
 
     async def _list(self, db: AsyncSession, call: ListTodos) -> ToolResult:
@@ -265,24 +281,46 @@ class TodoTools:
         )
         return {"todos": [self.todo(t) for t in page.data], "total": page.count}
 
+    def _schedule(self, repeat: str | None, due_at: Any) -> dict[str, Any]:
+        """`recurrence` and `due_at` from a repeat phrase: its time of day ("every morning
+        at 8") sets the due time, on the due date given or the rule's first day."""
+        if repeat is None:
+            return {} if due_at is None else {"due_at": due_at}
+        if repeat.strip().lower() in ("never", "none", "no", "stop", "not"):
+            return {"recurrence": None, **({} if due_at is None else {"due_at": due_at})}
+        read = recurrence.parse_repeat(repeat)
+        if read.at is not None:
+            if due_at is None:
+                due_at = recurrence.first_due(read.rule, tz=self.tz, at=read.at)
+            elif not isinstance(due_at, datetime):
+                due_at = recurrence.combine(due_at, read.at, self.tz)
+        return {"recurrence": read.rule, **({} if due_at is None else {"due_at": due_at})}
+
     async def _add(self, db: AsyncSession, call: AddTodo) -> ToolResult:
         parent = TaskRef.parse(call.parent) if call.parent else None
+        if call.repeat is not None and call.repeat.strip().lower() == "never":
+            return error('"never" stops a repeating task; on a new task leave repeat out.')
         data = TaskCreate(
             title=call.title,
             description=call.description,
-            due_at=call.due_at,
             priority=call.priority or "medium",
             tags=call.tags or [],
             parent_id=(parent.id or parent.number) if parent else None,
             steps=call.steps or [],
+            remind_at=call.remind_at,
+            **self._schedule(call.repeat, call.due_at),
         )
         task = await tasks.create_task(db=db, owner=self.owner, data=data, tz=self.tz)
         return {"status": "created", "todo": self.todo(task)}
 
     async def _update(self, db: AsyncSession, call: UpdateTodo) -> ToolResult:
-        sent = call.model_dump(exclude={"todo_id"}, exclude_none=True)
+        sent = call.model_dump(exclude={"todo_id", "repeat", "due_at"}, exclude_none=True)
+        sent |= self._schedule(call.repeat, call.due_at)
         if not sent:
-            return error("Nothing to change: give a title, description, due_at, priority or tags.")
+            return error(
+                "Nothing to change: give a title, description, due_at, priority, tags, "
+                "repeat or remind_at."
+            )
         changes = TaskChanges.model_validate(sent)
         task = await tasks.update_task(
             db=db, owner=self.owner, ref=TaskRef.parse(call.todo_id), data=changes, tz=self.tz
@@ -295,6 +333,8 @@ class TodoTools:
             db=db, owner=self.owner, ref=TaskRef.parse(call.todo_id), completed=completed
         )
         result = {"status": "completed" if completed else "reopened", "todo": self.todo(task)}
+        if task.next is not None:
+            result["next_todo"] = self.todo(task.next)
         note = await self._steps_note(db, task) if completed else None
         if note:
             result["note"] = note
@@ -328,11 +368,18 @@ class TodoTools:
             **counts,
         }
 
+    def _local(self, when: datetime | None) -> str | None:
+        return when.astimezone(self.tz).isoformat(timespec="minutes") if when else None
+
     def todo(self, task: Any) -> ToolResult:
         """A task as the model sees it: dates in the user's timezone; its parent or its
         progress through its steps (and the steps themselves, when they are at hand)."""
-        due = task.due_at.astimezone(self.tz).isoformat(timespec="minutes") if task.due_at else None
+        due = self._local(task.due_at)
         extra: ToolResult = {}
+        if task.recurrence is not None:
+            extra["recurrence"], extra["recurrence_text"] = task.recurrence, task.recurrence_text
+        if task.remind_at is not None:
+            extra["remind_at"] = self._local(task.remind_at)
         if task.parent_id is not None:
             extra["parent_id"] = str(task.parent_id)
         if steps_total := getattr(task, "steps_total", 0):

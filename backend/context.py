@@ -8,6 +8,12 @@ from backend import metrics
 from backend.auth import TokenVerifier
 from backend.db import Database
 from backend.services.agent import OpenAIAgentService
+from backend.services.calendar import FeedLimiter
+from backend.services.outbox.hub import EventHub
+from backend.services.outbox.reminders import ReminderClock
+from backend.services.outbox.upkeep import Upkeep
+from backend.services.outbox.webhooks import WebhookDispatcher
+from backend.services.outbox.worker import BackgroundWorker
 from backend.services.ui_stream import UIStreams
 from backend.services.users import KnownUsers
 from backend.settings import Settings
@@ -20,22 +26,51 @@ class AppContext:
     http: httpx.AsyncClient
     verifier: TokenVerifier
     agent: OpenAIAgentService
+    events: EventHub
+    reminders: ReminderClock
+    upkeep: Upkeep
+    webhooks: WebhookDispatcher | None = None
     known_users: KnownUsers = field(default_factory=KnownUsers)
+    feed_limiter: FeedLimiter = field(default_factory=FeedLimiter)
     ui_streams: UIStreams = field(default_factory=UIStreams)
 
     @classmethod
     def create(cls, settings: Settings) -> "AppContext":
         http = httpx.AsyncClient()
-        database = Database(settings, on_statement=metrics.DB_STATEMENTS.inc)
+        database = Database(settings, on_statement=metrics.count_statement)
+        events = EventHub(settings, database)
+        webhooks = None
+        if settings.webhooks_enabled:
+            webhooks = WebhookDispatcher(settings, database, source=events.source)
+            events.on_notify(webhooks.wake)
         return cls(
             settings=settings,
             database=database,
             http=http,
             verifier=TokenVerifier(settings, http),
             agent=OpenAIAgentService.from_settings(settings, database),
+            events=events,
+            reminders=ReminderClock(settings, database),
+            upkeep=Upkeep(settings, database),
+            webhooks=webhooks,
         )
 
+    def _background(self) -> list[BackgroundWorker]:
+        """What runs beside the requests: the outbox's readers."""
+        return [
+            self.events,
+            self.reminders,
+            self.upkeep,
+            *([self.webhooks] if self.webhooks else []),
+        ]
+
+    async def start(self) -> None:
+        for worker in self._background():
+            await worker.start()
+
     async def close(self) -> None:
+        for worker in self._background():
+            await worker.stop()
         await self.agent.drain(self.settings.shutdown_grace_s)
         await self.agent.close()
         await self.http.aclose()

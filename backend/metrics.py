@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -32,8 +33,23 @@ _MULTIPROC_DIR = os.environ.get(MULTIPROC_DIR_ENV)
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 DB_STATEMENTS = Counter(
-    "todo_agent_db_statements_total", "SQL statements sent to PostgreSQL (engine events)."
+    "todo_agent_db_statements_total",
+    "SQL statements sent to PostgreSQL for requests and turns (the outbox's background loops "
+    "are not counted).",
 )
+# Off in the tasks of background loops: their polling is not what a request costs.
+_COUNTING: ContextVar[bool] = ContextVar("todo_agent_counting_statements", default=True)
+
+
+def count_statement() -> None:
+    if _COUNTING.get():
+        DB_STATEMENTS.inc()
+
+
+def not_counting_statements() -> None:
+    """Called first in a background task: the statements it sends are not counted."""
+    _COUNTING.set(False)
+
 
 HTTP_REQUEST_SECONDS = Histogram(
     "todo_agent_http_request_duration_seconds",
@@ -81,6 +97,39 @@ CHAT_TURNS_IN_FLIGHT = Gauge(
     "todo_agent_chat_turns_in_flight",
     "Chat turns running now (streamed ones included).",
     multiprocess_mode="livesum",
+)
+
+# Events: the outbox, the live streams, reminders and webhooks.
+EVENTS_WRITTEN = Gauge(
+    "todo_agent_events_written",
+    "Events written to the outbox since the database was created (its id sequence; read by "
+    "each replica every few seconds).",
+    multiprocess_mode="max",
+)
+EVENTS_STREAMED = Counter(
+    "todo_agent_events_streamed_total", "Events sent to open event streams (each stream counts)."
+)
+EVENT_STREAMS_OPEN = Gauge(
+    "todo_agent_event_streams_open", "Event streams open now.", multiprocess_mode="livesum"
+)
+REMINDERS_FIRED = Counter(
+    "todo_agent_reminders_fired_total", "Reminders fired, by whether they were late.", ["late"]
+)
+REMINDER_LAG_SECONDS = Histogram(
+    "todo_agent_reminder_lag_seconds",
+    "From a reminder's time to its firing.",
+    buckets=(0.5, 1, 2, 3, 5, 10, 30, 60, 300, 3600, 86400),
+)
+WEBHOOK_DELIVERIES = Counter(
+    "todo_agent_webhook_deliveries_total",
+    "Webhook delivery attempts, by outcome: delivered, retry (failed, will be retried), "
+    "gave_up (failed after the last retry).",
+    ["outcome"],
+)
+WEBHOOK_BACKLOG = Gauge(
+    "todo_agent_webhook_backlog",
+    "Events still to be delivered to the webhook (read every few seconds).",
+    multiprocess_mode="max",
 )
 
 

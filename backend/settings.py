@@ -4,7 +4,7 @@ import secrets
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, PrivateAttr, SecretStr, field_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 # Values that ship in .env.example or docs; production refuses them.
@@ -31,8 +31,12 @@ class Settings(BaseSettings):
     environment: Literal["development", "production"] = "development"
     database_url: str | None = None
     data_dir: Path = Field(default=Path(".todo-agent"), alias="TODO_AGENT_DATA_DIR")
+    # No overflow by default: under load an overflow connection was opened and closed every
+    # few turns, each costing a TLS handshake, type introspection and preparing the hot
+    # statements again; a turn holds a connection for one statement at a time, so waiting a
+    # moment for a pooled one is cheaper (and 20 leave room for other servers' connections).
     db_pool_size: int = Field(default=20, ge=1)
-    db_max_overflow: int = Field(default=10, ge=0)
+    db_max_overflow: int = Field(default=0, ge=0)
 
     openai_api_key: SecretStr | None = None
     openai_base_url: str | None = None
@@ -76,6 +80,20 @@ class Settings(BaseSettings):
     # this or JWT_AUDIENCE is set.
     mcp_jwt_audience: str | None = None
 
+    # Events: the outbox's replay window, stream keep-alives, reminders and webhooks.
+    events_retention_h: float = Field(default=24.0, gt=0)
+    events_keepalive_s: float = Field(default=15.0, gt=0)
+    # How often each replica looks for reminders that came due, and after how long one
+    # that fires is "late" (the service was not running when it came due).
+    reminder_poll_s: float = Field(default=1.0, gt=0)
+    reminder_late_after_s: float = Field(default=60.0, ge=0)
+    webhook_url: str | None = None
+    webhook_secret: SecretStr | None = None
+    webhook_retry_schedule_s: Annotated[list[float], NoDecode] = Field(
+        default_factory=lambda: [5.0, 30.0, 120.0, 600.0, 3600.0, 10800.0, 36000.0]
+    )
+    webhook_timeout_s: float = Field(default=10.0, gt=0)
+
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     # Where worker processes share Prometheus samples; `serve` exports it to the workers.
@@ -85,9 +103,9 @@ class Settings(BaseSettings):
     # Not from the environment: set only when the secret is the one made in the data dir.
     _own_dev_secret: bool = PrivateAttr(default=False)
 
-    _split_lists = field_validator("jwt_algorithms", "cors_origins", "agent_models", mode="before")(
-        _comma_list
-    )
+    _split_lists = field_validator(
+        "jwt_algorithms", "cors_origins", "agent_models", "webhook_retry_schedule_s", mode="before"
+    )(_comma_list)
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -138,6 +156,16 @@ class Settings(BaseSettings):
         if self.jwt_jwks_url:
             derived.extend(ASYMMETRIC_ALGORITHMS)
         return frozenset(derived)
+
+    @property
+    def webhooks_enabled(self) -> bool:
+        return bool(self.webhook_url)
+
+    @model_validator(mode="after")
+    def _webhook_needs_secret(self) -> "Settings":
+        if self.webhook_url and not self.webhook_secret:
+            raise ValueError("WEBHOOK_URL needs WEBHOOK_SECRET (whsec_ + base64) to sign with")
+        return self
 
     def check_production(self) -> None:
         """Refuse to run in production with anything a development default would fill in."""

@@ -1,12 +1,14 @@
 """Real `todo-agent serve` processes, for behaviour that crosses processes."""
 
+import asyncio
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -69,6 +71,10 @@ class ServerProcess:
         self.kill()
         raise RuntimeError(f"server did not start: {self.logs()}")
 
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
     def logs(self) -> str:
         return self.log.read_text() if self.log and self.log.exists() else ""
 
@@ -97,3 +103,27 @@ class ServerProcess:
                 self.stop(timeout_s=15)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def start_all(servers: Sequence[ServerProcess]) -> None:
+    """Start those of the servers that are not running, side by side (each takes seconds)."""
+    stopped = [server for server in servers if not server.running]
+    with ThreadPoolExecutor(max_workers=max(1, len(stopped))) as pool:
+        list(pool.map(lambda server: server.start(), stopped))
+
+
+def stop_all(servers: Sequence[ServerProcess]) -> None:
+    """Stop the running servers with SIGTERM, all at once."""
+    up = [server for server in servers if server.running]
+    with ThreadPoolExecutor(max_workers=max(1, len(up))) as pool:
+        list(pool.map(lambda server: server.stop(), up))
+
+
+async def until(
+    condition: Callable[[], Awaitable[bool]], *, timeout_s: float, message: str
+) -> None:
+    """Wait for `condition` to hold, asking every 50 ms; fail with `message` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not await condition():
+        assert time.monotonic() < deadline, message
+        await asyncio.sleep(0.05)

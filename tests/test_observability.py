@@ -15,10 +15,11 @@ from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
 from backend.logs import JsonFormatter, RequestIdFilter, request_id_var
+from backend.settings import Settings
 from tests.chat_helpers import chat, chat_stream, stored_messages
-from tests.conftest import TEST_SECRET, auth, server_env
-from tests.fake_openai import FakeOpenAI, call, delay, error, reply, tool_calls
-from tests.servers import ServerProcess
+from tests.conftest import TEST_SECRET, auth, server_env, serving
+from tests.fake_openai import FakeOpenAI, call, delay, error, hang, reply, tool_calls
+from tests.servers import ServerProcess, free_port
 
 CHAT_ROUTE = "/api/{user_id}/chat"
 TOO_LARGE = {"detail": "Request body too large."}
@@ -335,6 +336,28 @@ async def test_a_failing_model_counts_its_failure_kind_and_the_stub_fallback(
     assert moved("todo_agent_stub_fallbacks_total", reason="http_5xx") == 1
     assert moved("todo_agent_tool_calls_total", tool="add_todo", outcome="ok") == 1
     assert moved("todo_agent_chat_turns_total", outcome="stub") == 1
+
+
+@pytest.mark.parametrize("failure", ["timeout", "connection"])
+async def test_a_model_that_times_out_or_cannot_be_reached_is_counted_as_such(
+    model_settings: Settings, model: FakeOpenAI, engine: object, failure: str
+) -> None:
+    model.default = hang()
+    unreachable = {"openai_base_url": f"http://127.0.0.1:{free_port()}/v1"}
+    settings = model_settings.model_copy(
+        update={
+            "openai_timeout_s": 0.3,
+            "openai_max_retries": 0,
+            **(unreachable if failure == "connection" else {}),
+        }
+    )
+    async with serving(settings) as client:
+        before = await scrape(client)
+        answer = await chat(client, "Add a task to buy milk")
+        after = await scrape(client)
+    assert answer["using_stub"] is True
+    reason = {"name": "todo_agent_stub_fallbacks_total", "reason": failure}
+    assert after.value(**reason) == before.value(**reason) + 1
 
 
 async def test_without_a_model_the_stub_fallback_is_counted_as_no_api_key(

@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import Field as PydanticField
 from pydantic import StringConstraints, model_validator
 from pydantic.json_schema import SkipJsonSchema
-from sqlalchemy import BigInteger, Column, Date, DateTime, Integer, String, text
+from sqlalchemy import BigInteger, Column, Date, DateTime, Index, Integer, String, text
 from sqlmodel import Field, SQLModel
 
 from backend.models._types import NotBlank, Text, Timestamp
@@ -18,6 +18,7 @@ MAX_INSTRUCTIONS_CHARS = 2000
 
 class User(SQLModel, table=True):
     __tablename__ = "users"
+    __table_args__ = (Index("ux_users_calendar_secret", "calendar_secret_hash", unique=True),)
 
     id: str = Field(sa_column=Column(String(255), primary_key=True))
     email: str | None = Field(default=None, max_length=320)
@@ -37,6 +38,8 @@ class User(SQLModel, table=True):
     tokens_used: int = Field(
         default=0, sa_column=Column(BigInteger, nullable=False, server_default=text("0"))
     )
+    # The calendar feed's secret, as its SHA-256 (hex); the secret itself is never stored.
+    calendar_secret_hash: str | None = Field(default=None, max_length=64)
     created_at: datetime = Timestamp()
     updated_at: datetime = Timestamp()
 

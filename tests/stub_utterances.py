@@ -9,13 +9,15 @@ changed; anything else changing fails the case. `reply` lists text the last repl
 """
 
 import calendar
-import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, time, timedelta
+from itertools import islice
+from time import perf_counter
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from dateutil.rrule import rrulestr
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -26,9 +28,25 @@ from backend.services.tools import TodoTools, ToolResult
 from backend.services.users import upsert_user
 
 # A due date, relative to the user's local today: "+3" (days), "wd3" (the next Thursday,
-# 0 = Monday), "dom20" (the next 20th), "eom" (the end of this month), "+1@09:00" (a time).
+# 0 = Monday), "dom20" (the next 20th), "eom" (the end of this month), "+1@09:00" (a time),
+# "next@17:00" (the next 17:00, today or tomorrow), "in+90" (90 minutes from now), "first"
+# or "second" (the first or second occurrence of the expected repeat, from today).
 Due = str | None
 Task = str | Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Added:
+    """A task a case adds. `repeat` is an RRULE, compared by its next occurrences from the
+    stored due time, never as text; `remind` is "due" (at the due time), "-30m" / "-2h" /
+    "-1d" before it, or "@09:00" (that time on the due day), also relative to the due."""
+
+    title: str
+    due: Due = None
+    priority: str = "medium"
+    repeat: str | None = None
+    remind: str | None = None
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -36,7 +54,7 @@ class Case:
     kind: str
     says: str | tuple[str, ...]
     tasks: tuple[Task, ...] = ()
-    added: tuple[tuple[str, Due, str], ...] = ()  # (title, due, priority)
+    added: tuple[tuple[str, Due, str] | Added, ...] = ()  # (title, due, priority) or Added
     done: tuple[int, ...] = ()
     reopened: tuple[int, ...] = ()
     deleted: tuple[int, ...] = ()
@@ -78,8 +96,27 @@ def _add(says: str | tuple[str, ...], *added: tuple[str, Due, str], **kw: Any) -
     return Case("add", says, added=added, **kw)
 
 
+def _task_case(kind: str, says: str | tuple[str, ...], title: str, due: Due, **kw: Any) -> Case:
+    """A case adding one task; `priority`, `repeat`, `remind` and `tags` describe it."""
+    fields = {k: kw.pop(k) for k in ("priority", "repeat", "remind", "tags") if k in kw}
+    return Case(kind, says, added=(Added(title, due, **fields),), **kw)
+
+
 def _date(says: str, title: str, due: Due, priority: str = M, **kw: Any) -> Case:
-    return Case("dates", says, added=((title, due, priority),), **kw)
+    return _task_case("dates", says, title, due, priority=priority, **kw)
+
+
+def _time(says: str, title: str, due: Due, priority: str = M, **kw: Any) -> Case:
+    return _task_case("time", says, title, due, priority=priority, **kw)
+
+
+def _every(says: str, title: str, repeat: str | None, due: Due = "first", **kw: Any) -> Case:
+    return _task_case("repeat", says, title, due, repeat=repeat, **kw)
+
+
+def _daily(says: str | tuple[str, ...], **kw: Any) -> Case:
+    """Everyday sentences: two requests in one, several things done, a date first."""
+    return Case("everyday", says, tasks=kw.pop("tasks", HOME), **kw)
 
 
 def _prio(says: str, title: str, priority: str, due: Due = None) -> Case:
@@ -158,42 +195,48 @@ CASES: list[Case] = [
     _add("add call the bank 0800 123 456", ("Call the bank 0800 123 456", None, M)),
     # --- dates, said naturally ---------------------------------------------------------
     _date("get a present for Ana by thursday", "Get a present for Ana", "wd3"),
-    _date("remind me to book the train in two weeks", "Book the train", "+14"),
+    _date("remind me to book the train in two weeks", "Book the train", "+14", remind="@09:00"),
     _date("call the vet tomorrow morning pls", "Call the vet", "+1@09:00"),
     _date("add pay the water bill on the 20th", "Pay the water bill", "dom20"),
     _date("i need to clear out the shed next weekend", "Clear out the shed", "wd5"),
-    _date("remind me to send the form before the end of the month", "Send the form", "eom"),
+    _date(
+        "remind me to send the form before the end of the month",
+        "Send the form",
+        "eom",
+        remind="@09:00",
+    ),
     _date("add call Lee tonight", "Call Lee", "+0@20:00"),
     _date("add standup prep next monday at 9", "Standup prep", "wd0@09:00"),
     _date("add buy bread tomorrow", "Buy bread", "+1"),
-    _date("remind me tmrw to ring the bank", "Ring the bank", "+1"),
+    _date("remind me tmrw to ring the bank", "Ring the bank", "+1", remind="@09:00"),
     _date("add renew the lease in 3 days", "Renew the lease", "+3"),
     _date("i have to file the taxes by friday", "File the taxes", "wd4"),
-    _date("remind me on saturday to mow the lawn", "Mow the lawn", "wd5"),
+    _date("remind me on saturday to mow the lawn", "Mow the lawn", "wd5", remind="@09:00"),
     _date(
         "pick up the kids at 3pm today — add it",
         "Pick up the kids",
         "+0@15:00",
-        known_failure="a trailing '— add it' is not read as the command",
     ),
     _date("add dentist checkup on dec 3", "Dentist checkup", "md12-03"),
     _date("add send the report due tomorrow", "Send the report", "+1"),
     _date("add a task to email the landlord by the end of the week", "Email the landlord", "wd4"),
     _date("add clean the windows this weekend", "Clean the windows", "wd5"),
-    _date("remind me to call mum this evening", "Call mum", "+0@18:00"),
+    _date("remind me to call mum this evening", "Call mum", "+0@18:00", remind="due"),
     _date("add gym session tomorrow at 7am", "Gym session", "+1@07:00"),
     _date("add renew the car tax in a week", "Renew the car tax", "+7"),
     _date("i need to pay the nanny the day after tomorrow", "Pay the nanny", "+2"),
     _date("add submit timesheet by next friday", "Submit timesheet", "wd4"),
     _date("add buy a cake for the 15th", "Buy a cake", "dom15"),
-    _date("remind me to book the MOT next month", "Book the MOT", "+30~"),
+    _date("remind me to book the MOT next month", "Book the MOT", "+30~", remind="@09:00"),
     _date("add call the council on monday", "Call the council", "wd0"),
     _date("add tidy the desk tonite", "Tidy the desk", "+0@20:00"),
     _date("I need to sign the lease by the end of the month", "Sign the lease", "eom"),
     _date("add pick up the parcel in a couple of days", "Pick up the parcel", "+2"),
     _date("add send the slides by wed", "Send the slides", "wd2"),
     _date("add a task to buy tickets in 10 days", "Buy tickets", "+10"),
-    _date("remind me at noon tomorrow to call the school", "Call the school", "+1@12:00"),
+    _date(
+        "remind me at noon tomorrow to call the school", "Call the school", "+1@12:00", remind="due"
+    ),
     _date("add plan the trip for sunday", "Plan the trip", "wd6"),
     _date("add prepare the talk by 2027-01-15", "Prepare the talk", "md01-15"),
     # --- priorities ----------------------------------------------------------------------
@@ -297,7 +340,7 @@ CASES: list[Case] = [
     _ref("prioritize the party email", changed={2: {"priority": H}}),
     _ref("done with the dentsit", done=(8,)),
     _ref("i emailed Jo about the party", done=(2,)),
-    _ref("call the vet is done", done=(4,), known_failure="no 'the' before the reference"),
+    _ref("call the vet is done", done=(4,)),
     _ref("reopen the flour", tasks=({"title": "Buy flour", "completed": True},), reopened=(1,)),
     _ref("done with the unicorn", reply=("couldn't find",)),
     _ref("done with the call", reply=("2 tasks match", "Which one?")),
@@ -436,6 +479,252 @@ CASES: list[Case] = [
             ("Check the weather", None, M),
         ),
     ),
+    # --- times, reminders and quick-add marks ---------------------------------------------
+    _time("dentist appointment next tuesday at 3pm", "Dentist appointment", "wd1@15:00"),
+    _time("submit timesheet friday 5pm p1", "Submit timesheet", "wd4@17:00", H),
+    _time("add call mum at 3pm", "Call mum", "next@15:00"),
+    _time("lunch with ana at noon tomorrow", "Lunch with ana", "+1@12:00"),
+    _time("standup 9:15am tomorrow", "Standup", "+1@09:15"),
+    _time("add call the garage at 15:30 tomorrow", "Call the garage", "+1@15:30"),
+    _time("gym tomorrow morning", "Gym", "+1@09:00"),
+    _time("add buy flowers tomorrow evening", "Buy flowers", "+1@18:00"),
+    _time("add check the oven in 2 hours", "Check the oven", "in+120"),
+    _time("meeting with Kim on friday at 2:30pm", "Meeting with Kim", "wd4@14:30"),
+    _time("add team lunch on thursday at 1 pm", "Team lunch", "wd3@13:00"),
+    _time("tomorrow at 9 call the bank", "Call the bank", "+1@09:00"),
+    _time("tonight at 9 call the babysitter", "Call the babysitter", "+0@21:00"),
+    _time("add pay the gas bill #home", "Pay the gas bill", None, tags=("home",)),
+    _time("buy stamps #errands #post", "Buy stamps", None, tags=("errands", "post")),
+    _time("add renew the domain p1", "Renew the domain", None, H),
+    _time("add water the lawn p2", "Water the lawn", None, M),
+    _time("add sort the garage p3", "Sort the garage", None, L),
+    _time("add tidy the shed p4", "Tidy the shed", None, L),
+    _time("book flights #travel p1 by friday", "Book flights", "wd4", H, tags=("travel",)),
+    _time("remind me at 5 to call mum", "Call mum", "next@17:00", remind="due"),
+    _time(
+        "remind me tomorrow at 8am to take the bins out",
+        "Take the bins out",
+        "+1@08:00",
+        remind="due",
+    ),
+    _time(
+        "remind me to take the cake out in 30 minutes", "Take the cake out", "in+30", remind="due"
+    ),
+    _time(
+        "dentist friday at 10am, remind me 30 minutes before",
+        "Dentist",
+        "wd4@10:00",
+        remind="-30m",
+    ),
+    _time(
+        "add parents evening thursday 6pm and remind me an hour before",
+        "Parents evening",
+        "wd3@18:00",
+        remind="-1h",
+    ),
+    _time("pay rent on the 28th, remind me a day before", "Pay rent", "dom28", remind="-1d@09:00"),
+    _time("remind me to call the school tomorrow", "Call the school", "+1", remind="@09:00"),
+    _time("add call the vet tomorrow 10am #pets", "Call the vet", "+1@10:00", tags=("pets",)),
+    _time("add renew the lease at 18:00 on monday", "Renew the lease", "wd0@18:00"),
+    _follow(
+        ("add dentist friday at 10am", "remind me 30 minutes before"),
+        added=(Added("Dentist", "wd4@10:00", remind="-30m"),),
+    ),
+    _follow(
+        ("add call the bank tomorrow at 3pm", "move it to 9am"),
+        added=(Added("Call the bank", "+1@09:00"),),
+    ),
+    _follow(
+        ("remind me about the dentist an hour before",),
+        tasks=({"title": "Dentist appointment", "due": "+2@15:00"},),
+        changed={1: {"remind": "-1h"}},
+    ),
+    _follow(
+        ("move the dentist to 4pm",),
+        tasks=({"title": "Dentist appointment", "due": "+2@15:00"},),
+        changed={1: {"due": "+2@16:00"}},
+    ),
+    # --- repeating tasks ----------------------------------------------------------------------
+    _every(
+        "remind me to take out the trash every monday",
+        "Take out the trash",
+        "FREQ=WEEKLY;BYDAY=MO",
+        remind="@09:00",
+    ),
+    _every(
+        "remind me to water the plants every other thursday at 6pm",
+        "Water the plants",
+        "FREQ=WEEKLY;INTERVAL=2;BYDAY=TH",
+        due="first@18:00",
+        remind="due",
+    ),
+    _every(
+        "water the plants every other thursday at 6pm",
+        "Water the plants",
+        "FREQ=WEEKLY;INTERVAL=2;BYDAY=TH",
+        due="first@18:00",
+    ),
+    _every("add pay rent monthly on the 1st", "Pay rent", "FREQ=MONTHLY;BYMONTHDAY=1"),
+    _every(
+        "add team standup every weekday at 9:30",
+        "Team standup",
+        "FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR",
+        due="first@09:30",
+    ),
+    _every("stretch every morning at 7", "Stretch", "FREQ=DAILY", due="first@07:00"),
+    _every("add call grandma every sunday", "Call grandma", "FREQ=WEEKLY;BYDAY=SU"),
+    _every("add book club every last friday", "Book club", "FREQ=MONTHLY;BYDAY=-1FR"),
+    _every(
+        "add mum's birthday every year on march 3",
+        "Mum's birthday",
+        "FREQ=YEARLY;BYMONTH=3;BYMONTHDAY=3",
+    ),
+    _every(
+        "add gym every tuesday and thursday at 7am",
+        "Gym",
+        "FREQ=WEEKLY;BYDAY=TU,TH",
+        due="first@07:00",
+    ),
+    _every("add take vitamins daily", "Take vitamins", "FREQ=DAILY"),
+    _every(
+        "add review the budget every first monday", "Review the budget", "FREQ=MONTHLY;BYDAY=1MO"
+    ),
+    _every("add water the herbs every 3 days", "Water the herbs", "FREQ=DAILY;INTERVAL=3"),
+    _every(
+        "i need to call dad every 2 weeks on friday",
+        "Call dad",
+        "FREQ=WEEKLY;INTERVAL=2;BYDAY=FR",
+    ),
+    _every("add hoover the stairs every weekend", "Hoover the stairs", "FREQ=WEEKLY;BYDAY=SA,SU"),
+    _every(
+        "add clean the fridge every month on the 15th",
+        "Clean the fridge",
+        "FREQ=MONTHLY;BYMONTHDAY=15",
+    ),
+    _every(
+        "add every time i open the fridge it beeps",
+        "Every time i open the fridge it beeps",
+        None,
+        due=None,
+    ),
+    _every(
+        "pay the cleaner every friday p1 #home",
+        "Pay the cleaner",
+        "FREQ=WEEKLY;BYDAY=FR",
+        priority=H,
+        tags=("home",),
+    ),
+    _every("call mum on sundays", "Call mum", "FREQ=WEEKLY;BYDAY=SU"),
+    _every(
+        "dentist next tuesday at 3pm p1 #health #teeth",
+        "Dentist",
+        None,
+        due="wd1@15:00",
+        priority=H,
+        tags=("health", "teeth"),
+    ),
+    _follow(
+        ("stop repeating the bins",),
+        tasks=({"title": "Put the bins out", "repeat": "every monday"},),
+        changed={1: {"repeat": None}},
+        reply=("no longer repeats",),
+    ),
+    _follow(
+        ("make the bins repeat every tuesday",),
+        tasks=({"title": "Put the bins out", "repeat": "every monday"},),
+        changed={1: {"repeat": "FREQ=WEEKLY;BYDAY=TU", "due": "wd1"}},
+    ),
+    _follow(
+        ("add water the plants", "make it repeat every week"),
+        added=(Added("Water the plants", "first", repeat="FREQ=WEEKLY"),),
+    ),
+    _follow(
+        ("add take out the trash every monday", "stop repeating it"),
+        added=(Added("Take out the trash", "wd0"),),
+    ),
+    _follow(
+        ("add put the bins out every tuesday", "actually make it every wednesday"),
+        added=(Added("Put the bins out", "first", repeat="FREQ=WEEKLY;BYDAY=WE"),),
+    ),
+    _follow(
+        ("remind me to water the plants every other thursday at 6pm", "watered the plants"),
+        added=(
+            Added(
+                "Water the plants",
+                "first@18:00",
+                repeat="FREQ=WEEKLY;INTERVAL=2;BYDAY=TH",
+                remind="due",
+            ),
+            Added(
+                "Water the plants",
+                "second@18:00",
+                repeat="FREQ=WEEKLY;INTERVAL=2;BYDAY=TH",
+                remind="due",
+            ),
+        ),
+        reply=("Next one on",),
+    ),
+    # --- everyday sentences: two requests in one, several done, a date first ------------
+    _daily(
+        "i also need to water the plants and feed the cat",
+        tasks=(),
+        added=(("Water the plants", None, M), ("Feed the cat", None, M)),
+    ),
+    _daily(
+        "add oat milk and also eggs", tasks=(), added=(("Oat milk", None, M), ("Eggs", None, M))
+    ),
+    _daily(
+        "Add call the plumber. Also add buy bin bags.",
+        tasks=(),
+        added=(("Call the plumber", None, M), ("Buy bin bags", None, M)),
+    ),
+    _daily(
+        "add pay the nanny and also book the dentist for friday",
+        tasks=(),
+        added=(("Pay the nanny", None, M), ("Book the dentist", "wd4", M)),
+    ),
+    _daily("bought milk and paid rent", tasks=("Buy milk", "Pay rent", "Call Jo"), done=(1, 2)),
+    _daily("I emailed Jo and booked the table", done=(2, 3)),
+    _daily("paid the phone bill, called the plumber", done=(5, 9)),
+    _daily(
+        "i havent done the flour yet",
+        tasks=({"title": "Buy flour", "completed": True},),
+        reopened=(1,),
+    ),
+    _daily(
+        "I didn't pay the phone bill after all",
+        tasks=("Buy milk", {"title": "Pay the phone bill", "completed": True}),
+        reopened=(2,),
+    ),
+    _daily("the car service can wait, make it low priority", changed={6: {"priority": L}}),
+    _daily("the expense report can wait", changed={10: {"priority": L}}),
+    _daily("tomorrow I need to call the bank", tasks=(), added=(("Call the bank", "+1", M),)),
+    _daily(
+        "Tomorrow: call Ana, email Ben",
+        tasks=(),
+        added=(("Call Ana", "+1", M), ("Email Ben", "+1", M)),
+    ),
+    _daily("friday: pay the cleaner", tasks=(), added=(("Pay the cleaner", "wd4", M),)),
+    _daily(
+        "on monday i have to call the council", tasks=(), added=(("Call the council", "wd0", M),)
+    ),
+    _daily(
+        "add renew the passport, due in two weeks",
+        tasks=(),
+        added=(("Renew the passport", "+14", M),),
+    ),
+    _daily("add book the venue, due in 3 days", tasks=(), added=(("Book the venue", "+3", M),)),
+    _daily(
+        "add buy a gift for Sam - due next friday",
+        tasks=(),
+        added=(("Buy a gift for Sam", "wd4", M),),
+    ),
+    _daily(
+        "add milk. show my tasks",
+        tasks=(),
+        added=(("Milk", None, M),),
+        reply=("Added task 1", "- #1 Milk"),
+    ),
     # --- safety and honesty ----------------------------------------------------------------
     _safe("delete all my tasks", "one task at a time"),
     _safe("clear completed", "one task at a time"),
@@ -457,17 +746,31 @@ CASES: list[Case] = [
     _safe("hi there", "I can manage your todo list"),
     _safe("mark everything as done", "one task at a time"),
     _safe("delete task 42", "couldn't find task 42"),
+    _safe("busy day tomorrow", "didn't understand"),
+    _safe("ok tomorrow then", "didn't understand"),
+    _safe("talk to you at 5", "didn't understand"),
 ]
 
 
 # --- Running a case ---------------------------------------------------------------------
 
 
-def expected_due(spec: str, today: date) -> tuple[date, date, str | None]:
+def expected_due(
+    spec: str, now: datetime, repeat: str | None = None
+) -> tuple[date, date, str | None]:
     """The range of dates `spec` allows, and the time of day if one is expected."""
+    today = now.date()
     spec, _, at = spec.partition("@")
     loose = spec.endswith("~")
     spec = spec.rstrip("~")
+    if spec in ("first", "second"):  # the first occurrence from now (from today, for a day)
+        assert repeat is not None, "a 'first' or 'second' due needs the expected repeat"
+        start = datetime.combine(today, time.fromisoformat(at or "00:00"))
+        upcoming = (d for d in _occurrences(repeat, start) if d >= (now if at else start))
+        day = list(islice(upcoming, 2))[spec == "second"].date()
+        return day, day, at or None
+    if spec == "next":
+        return today, today + timedelta(days=1), at
     if spec.startswith("wd"):
         ahead = (int(spec[2:]) - today.weekday()) % 7
         day = today + timedelta(days=ahead or 7)
@@ -487,6 +790,45 @@ def expected_due(spec: str, today: date) -> tuple[date, date, str | None]:
     day = today + timedelta(days=int(spec))
     slack = timedelta(days=3 if loose else 0)
     return day - slack, day + slack, at or None
+
+
+def _occurrences(rule: str, start: datetime) -> Iterator[datetime]:
+    return iter(rrulestr(rule.removeprefix("RRULE:"), dtstart=start))
+
+
+def _local(value: str) -> datetime:
+    """A local ISO time from a tool, as the wall-clock time it shows."""
+    return datetime.fromisoformat(value).replace(tzinfo=None, second=0, microsecond=0)
+
+
+def same_series(expected: str | None, stored: str | None, due: str | None) -> bool:
+    """Do two rules repeat on the same days? Their next occurrences from the stored due."""
+    if expected is None or stored is None or due is None:
+        return expected == stored
+    start = _local(due)
+    n = 6
+    return list(islice(_occurrences(expected, start), n)) == list(
+        islice(_occurrences(stored, start), n)
+    )
+
+
+_BEFORE = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1)}
+
+
+def reminder_ok(spec: str | None, value: str | None, due: str | None, now: datetime) -> bool:
+    """Is the stored reminder the one `spec` asks for, relative to the stored due? A reminder
+    that would already have passed is expected to be left out."""
+    if spec is None or due is None:
+        return value is None
+    when = _local(due)
+    spec, _, at = spec.partition("@")
+    if spec.startswith("-"):
+        when -= int(spec[1:-1]) * _BEFORE[spec[-1]]
+    if at:
+        when = datetime.combine(when.date(), time.fromisoformat(at))
+    if when <= now:
+        return value is None
+    return value is not None and _local(value) == when
 
 
 def _next_month(today: date, n: int) -> date:
@@ -518,18 +860,18 @@ class _Session:
         results: list[dict[str, Any]] = []
 
         async def call_tool(tool: str, arguments: Mapping[str, Any]) -> ToolResult:
-            started = time.perf_counter()
+            started = perf_counter()
             result = await self.run(tool, arguments)
-            self.tool_seconds += time.perf_counter() - started
+            self.tool_seconds += perf_counter() - started
             call_id = f"stub_{len(self.history)}_{len(calls)}"
             calls.append({"id": call_id, "name": tool, "arguments": dict(arguments)})
             results.append({"tool_call_id": call_id, "result": result})
             return result
 
         self.tool_seconds = 0.0
-        started = time.perf_counter()
+        started = perf_counter()
         reply = await stub.respond(message, call_tool=call_tool, name="Sam", history=self.history)
-        own = time.perf_counter() - started - self.tool_seconds
+        own = perf_counter() - started - self.tool_seconds
         self.history += [("user", message, None, None), ("assistant", reply, calls, results)]
         return reply, own
 
@@ -543,9 +885,12 @@ async def _arrange(session: _Session, tasks: tuple[Task, ...], today: date) -> N
         spec = {"title": task} if isinstance(task, str) else dict(task)
         arguments: dict[str, Any] = {"title": spec["title"]}
         if "due" in spec:
-            arguments["due_at"] = (today + timedelta(days=int(spec["due"]))).isoformat()
-        if "priority" in spec:
-            arguments["priority"] = spec["priority"]
+            days, _, at = str(spec["due"]).partition("@")
+            day = today + timedelta(days=int(days))
+            arguments["due_at"] = f"{day.isoformat()}T{at}" if at else day.isoformat()
+        for key in ("priority", "repeat"):
+            if key in spec:
+                arguments[key] = spec[key]
         added = (await session.run("add_todo", arguments))["todo"]
         if spec.get("completed"):
             await session.run("complete_todo", {"todo_id": str(added["number"])})
@@ -565,18 +910,21 @@ async def run_case(engine: AsyncEngine, case: Case, *, user: str, tz: str = "UTC
         reply, own = await session.say(stub, message)
         timings.append(own)
     after = await session.todos()
-    problems = _compare(case, before, after, today)
+    now = datetime.now(ZoneInfo(tz)).replace(tzinfo=None)
+    problems = _compare(case, before, after, now)
     problems += [f"reply lacks {text!r}" for text in case.reply if text not in reply]
     why = "; ".join(problems) + (f"\nreply: {reply}" if problems else "")
     return Outcome(not problems, why, timings)
 
 
-def _due_ok(spec: Due, value: str | None, today: date) -> bool:
+def _due_ok(spec: Due, value: str | None, now: datetime, repeat: str | None = None) -> bool:
     if spec is None:
         return value is None
     if value is None:
         return False
-    low, high, at = expected_due(spec, today)
+    if spec.startswith("in+"):  # minutes from now: the message was said a moment ago
+        return abs(_local(value) - now - timedelta(minutes=int(spec[3:]))) <= timedelta(minutes=3)
+    low, high, at = expected_due(spec, now, repeat)
     day = date.fromisoformat(value[:10])
     time_of_day = value[11:16]
     return (
@@ -586,42 +934,87 @@ def _due_ok(spec: Due, value: str | None, today: date) -> bool:
     )
 
 
+def _expected(added: tuple[str, Due, str] | Added) -> Added:
+    return added if isinstance(added, Added) else Added(*added)
+
+
+def _task_ok(want: Added, got: Mapping[str, Any], now: datetime) -> bool:
+    due, rule = got["due_at"], got.get("recurrence")
+    return (
+        got["title"] == want.title
+        and got["priority"] == want.priority
+        and _due_ok(want.due, due, now, want.repeat)
+        and same_series(want.repeat, rule, due)
+        and reminder_ok(want.remind, got.get("remind_at"), due, now)
+        and tuple(got.get("tags") or ()) == want.tags
+    )
+
+
+def _shown(todo: Mapping[str, Any]) -> tuple[Any, ...]:
+    extras = ("recurrence", "remind_at", "tags")
+    return (todo["title"], todo["due_at"], todo["priority"], *(todo.get(k) for k in extras))
+
+
 def _compare(
-    case: Case, before: dict[int, dict[str, Any]], after: dict[int, dict[str, Any]], today: date
+    case: Case, before: dict[int, dict[str, Any]], after: dict[int, dict[str, Any]], now: datetime
 ) -> list[str]:
     problems: list[str] = []
     new = [after[n] for n in sorted(after) if n not in before]
-    got = [(t["title"], t["due_at"], t["priority"]) for t in new]
-    if len(new) != len(case.added) or not all(
-        title == t and priority == p and _due_ok(due, d, today)
-        for (title, due, priority), (t, d, p) in zip(case.added, got, strict=False)
+    wanted = [_expected(a) for a in case.added]
+    if len(new) != len(wanted) or not all(
+        _task_ok(want, got, now) for want, got in zip(wanted, new, strict=False)
     ):
-        problems.append(f"added {got}, expected {list(case.added)}")
+        problems.append(f"added {[_shown(t) for t in new]}, expected {wanted}")
     gone = sorted(n for n in before if n not in after)
     if gone != sorted(case.deleted):
         problems.append(f"deleted {gone}, expected {list(case.deleted)}")
     for n, old in before.items():
         if n not in after:
             continue
-        now = after[n]
-        if now["completed"] != old["completed"]:
-            wanted = n in (case.done if now["completed"] else case.reopened)
-            if not wanted:
-                problems.append(f"task {n} completed={now['completed']} unexpectedly")
-        elif n in case.done or n in case.reopened:
-            problems.append(f"task {n} completed={now['completed']}, expected a change")
-        expected = case.changed.get(n, {})
-        for key, column in (("title", "title"), ("due", "due_at"), ("priority", "priority")):
-            if key in expected:
-                ok = (
-                    _due_ok(expected[key], now[column], today)
-                    if key == "due"
-                    else now[column] == expected[key]
-                )
-                if not ok:
-                    problems.append(
-                        f"task {n} {key} is {now[column]!r}, expected {expected[key]!r}"
-                    )
-            elif now[column] != old[column]:
-                problems.append(f"task {n} {key} changed to {now[column]!r}")
+        problems += _changes(case, n, old, after[n], now)
     return problems
+
+
+_FIELDS = {
+    "title": "title",
+    "due": "due_at",
+    "priority": "priority",
+    "repeat": "recurrence",
+    "remind": "remind_at",
+}
+
+
+def _changes(
+    case: Case, n: int, old: Mapping[str, Any], now_: Mapping[str, Any], now: datetime
+) -> list[str]:
+    problems: list[str] = []
+    if now_["completed"] != old["completed"]:
+        if n not in (case.done if now_["completed"] else case.reopened):
+            problems.append(f"task {n} completed={now_['completed']} unexpectedly")
+    elif n in case.done or n in case.reopened:
+        problems.append(f"task {n} completed={now_['completed']}, expected a change")
+    expected = case.changed.get(n, {})
+    for key, column in _FIELDS.items():
+        value = now_.get(column)
+        if key not in expected:
+            if value != old.get(column):
+                problems.append(f"task {n} {key} changed to {value!r}")
+            continue
+        want = expected[key]
+        ok = _field_ok(key, want, value, now_["due_at"], now, expected.get("repeat"))
+        if not ok:
+            problems.append(f"task {n} {key} is {value!r}, expected {want!r}")
+    return problems
+
+
+def _field_ok(
+    key: str, want: Any, value: Any, due: str | None, now: datetime, repeat: str | None
+) -> bool:
+    match key:
+        case "due":
+            return _due_ok(want, value, now, repeat)
+        case "repeat":
+            return same_series(want, value, due)
+        case "remind":
+            return reminder_ok(want, value, due, now)
+    return bool(value == want)

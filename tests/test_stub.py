@@ -142,7 +142,32 @@ async def test_weekday_in_a_new_task_is_the_next_such_day(chat: Chat, message: s
     assert todo["title"] == "Call mom"
     assert due.strftime("%A") == "Friday"
     assert 1 <= (due - chat.today()).days <= 7
-    assert reply == f"Added task 1: Call mom (due {due.isoformat()})."
+    reminder = f", reminder {due.isoformat()} 09:00" if message.startswith("remind") else ""
+    assert reply == f"Added task 1: Call mom (due {due.isoformat()}{reminder})."
+
+
+async def test_repeating_reminder_is_set_in_local_time_and_completing_it_names_the_next_one(
+    engine: AsyncEngine,
+) -> None:
+    chat = await make_chat(engine, tz="America/New_York")
+
+    await chat.say("remind me to water the plants every other thursday at 6pm")
+
+    todo = await chat.todo(1)
+    due = datetime.fromisoformat(todo["due_at"])
+    assert todo["title"] == "Water the plants"
+    assert todo["recurrence_text"] == "every other Thursday"
+    assert (due.strftime("%A"), due.strftime("%H:%M")) == ("Thursday", "18:00")
+    assert due.utcoffset() == datetime.now(ZoneInfo("America/New_York")).utcoffset()
+    assert 0 <= (due.date() - chat.today()).days <= 7
+    assert todo["remind_at"] == todo["due_at"]  # "remind me" without an offset: at the due time
+
+    reply = await chat.say("watered the plants")
+
+    after = datetime.fromisoformat((await chat.todo(2))["due_at"])
+    assert after.date() - due.date() == timedelta(days=14)
+    assert after.strftime("%H:%M") == "18:00"
+    assert f"Next one on Thursday {after:%b} {after.day} at 18:00 (task 2)." in reply
 
 
 async def test_quoted_title_is_kept_as_typed_without_reading_dates_in_it(chat: Chat) -> None:

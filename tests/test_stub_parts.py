@@ -1,7 +1,7 @@
 """Each step of the stub's pipeline alone, from tables: recognizers, understanding, the
 session context and fuzzy matching. No database: these are pure functions."""
 
-from datetime import date, datetime
+from datetime import date, datetime, time, timedelta
 
 import pytest
 
@@ -48,6 +48,90 @@ def test_dates_are_read_and_taken_out_of_the_text(
 
 
 @pytest.mark.parametrize(
+    ("text", "rest", "due"),
+    [
+        ("dentist next tuesday at 3pm", "dentist", datetime(2026, 11, 24, 15, 0)),
+        ("submit timesheet friday 5pm", "submit timesheet", datetime(2026, 11, 27, 17, 0)),
+        ("call mum at 15:30", "call mum", datetime(2026, 11, 23, 15, 30)),
+        ("call mum at 8am", "call mum", datetime(2026, 11, 24, 8, 0)),  # 8am has passed
+        ("lunch with Ana at noon", "lunch with Ana", datetime(2026, 11, 23, 12, 0)),
+        ("standup 9:15 a.m. tomorrow", "standup", datetime(2026, 11, 24, 9, 15)),
+        ("check the oven in 2 hours", "check the oven", datetime(2026, 11, 23, 12, 30)),
+        ("stir the soup in half an hour", "stir the soup", datetime(2026, 11, 23, 11, 0)),
+        ("call Bo in 45 minutes", "call Bo", datetime(2026, 11, 23, 11, 15)),
+        ("meeting at 2:30pm on friday", "meeting", datetime(2026, 11, 27, 14, 30)),
+        ("parents evening thursday 6pm", "parents evening", datetime(2026, 11, 26, 18, 0)),
+        ("call mum tomorrow evening at 7", "call mum", datetime(2026, 11, 24, 19, 0)),
+        ("tonight at 9 call Bo", "call Bo", datetime(2026, 11, 23, 21, 0)),
+        ("tomorrow morning at 8", "", datetime(2026, 11, 24, 8, 0)),
+        ("room 101 tidy-up", "room 101 tidy-up", None),
+        ("flat 5 repairs", "flat 5 repairs", None),
+    ],
+)
+def test_times_of_day_are_read_with_or_without_a_day(
+    text: str, rest: str, due: date | datetime | None
+) -> None:
+    assert entities.take_date(text, NOW) == (rest, due)
+
+
+@pytest.mark.parametrize(
+    ("text", "rest", "rule", "at"),
+    [
+        (
+            "water the plants every other thursday at 6pm",
+            "water the plants",
+            "FREQ=WEEKLY;INTERVAL=2;BYDAY=TH",
+            time(18),
+        ),
+        ("take out the trash every monday", "take out the trash", "FREQ=WEEKLY;BYDAY=MO", None),
+        ("pay rent monthly on the 1st, p1", "pay rent p1", "FREQ=MONTHLY;BYMONTHDAY=1", None),
+        ("take vitamins daily", "take vitamins", "FREQ=DAILY", None),
+        (
+            "every time I open the fridge it beeps",
+            "every time I open the fridge it beeps",
+            None,
+            None,
+        ),
+        ("each of the kids needs shoes", "each of the kids needs shoes", None, None),
+    ],
+)
+def test_repeat_phrases_are_read_and_taken_out(
+    text: str, rest: str, rule: str | None, at: time | None
+) -> None:
+    left, repeat = entities.take_repeat(text)
+    assert (left, repeat and repeat.rule, repeat and repeat.at) == (rest, rule, at)
+
+
+@pytest.mark.parametrize(
+    ("text", "rest", "tags"),
+    [
+        ("buy milk #errands", "buy milk", ["errands"]),
+        ("#work send the deck #work #urgent-ish", "send the deck", ["work", "urgent-ish"]),
+        ("learn C# basics", "learn C# basics", []),
+        ("close #3", "close #3", []),
+    ],
+)
+def test_tags_are_read_and_taken_out(text: str, rest: str, tags: list[str]) -> None:
+    assert entities.take_tags(text) == (rest, tags)
+
+
+@pytest.mark.parametrize(
+    ("text", "rest", "before"),
+    [
+        ("dentist at 3pm, remind me 30 minutes before", "dentist at 3pm", timedelta(minutes=30)),
+        ("bins monday and remind me a day before", "bins monday", timedelta(days=1)),
+        ("call Al, with a reminder an hour ahead", "call Al", timedelta(hours=1)),
+        ("call Al, ping me half an hour early", "call Al", timedelta(minutes=30)),
+        ("remind me to call Al", "remind me to call Al", None),
+    ],
+)
+def test_reminders_before_the_due_time_are_read_and_taken_out(
+    text: str, rest: str, before: timedelta | None
+) -> None:
+    assert entities.take_reminder(text) == (rest, before)
+
+
+@pytest.mark.parametrize(
     ("text", "rest", "priority"),
     [
         ("call the bank, it's urgent", "call the bank", "high"),
@@ -57,6 +141,11 @@ def test_dates_are_read_and_taken_out_of_the_text(
         ("learn spanish whenever", "learn spanish", "low"),
         ("book the flights - high priority", "book the flights", "high"),
         ("buy milk", "buy milk", None),
+        ("submit timesheet p1", "submit timesheet", "high"),
+        ("book flights p2 by friday", "book flights by friday", "medium"),
+        ("p3 sort the photos", "sort the photos", "low"),
+        ("tidy the shed p4", "tidy the shed", "low"),
+        ("fix the p45 form", "fix the p45 form", None),
     ],
 )
 def test_priority_cues_are_read_and_taken_out(text: str, rest: str, priority: str | None) -> None:
@@ -102,6 +191,52 @@ def test_several_tasks_are_split_where_a_human_reads_several(text: str, items: l
         ("help me plan the move", [Plan("the move", ())]),
         ("add a step to task 2: call the movers", [AddTask("call the movers", parent="task 2")]),
         ("buy milk", []),
+        ("dentist next tuesday at 3pm", [AddTask("dentist next tuesday at 3pm")]),
+        ("buy stamps #errands", [AddTask("buy stamps #errands")]),
+        ("i'm busy tomorrow", []),
+        ("busy day tomorrow", []),
+        ("not today", []),
+        ("i also need to call Al and pay Bo", [AddTask("call Al"), AddTask("pay Bo")]),
+        ("add milk and also eggs", [AddTask("milk"), AddTask("eggs")]),
+        ("Add milk. Also add eggs.", [AddTask("milk"), AddTask("eggs")]),
+        ("add call Dr. Smith", [AddTask("call Dr. Smith")]),
+        ("delete task 2. delete task 3", [DeleteTask("task 2. delete task 3")]),
+        (
+            "bought milk and paid rent",
+            [
+                SetCompleted("bought milk", completed=True),
+                SetCompleted("paid rent", completed=True),
+            ],
+        ),
+        ("bought salt and pepper", [SetCompleted("bought salt and pepper", completed=True)]),
+        ("I haven't done the laundry yet", [SetCompleted("the laundry", completed=False)]),
+        (
+            "the laundry can wait, make it low priority",
+            [UpdateTask("the laundry", "priority", "low")],
+        ),
+        ("tomorrow I need to call the bank", [AddTask("call the bank tomorrow")]),
+        ("Friday: call Al, email Bo", [AddTask("call Al Friday"), AddTask("email Bo Friday")]),
+        ("move it to 9am", [UpdateTask("it", "due", "9am")]),
+        ("remind me to call Al", [AddTask("call Al", remind=True)]),
+        ("make it repeat every week", [UpdateTask("it", "repeat", "every week")]),
+        ("actually make it every wednesday", [UpdateTask("it", "repeat", "every wednesday")]),
+        ("repeat task 2 every monday", [UpdateTask("task 2", "repeat", "every monday")]),
+        ("task 2 should repeat weekly", [UpdateTask("task 2", "repeat", "weekly")]),
+        ("stop repeating it", [UpdateTask("it", "repeat", "never")]),
+        ("don't repeat the bins any more", [UpdateTask("the bins", "repeat", "never")]),
+        ("cancel the repeat on the bins", [UpdateTask("the bins", "repeat", "never")]),
+        ("the bins don't need to repeat", [UpdateTask("the bins", "repeat", "never")]),
+        ("remind me 30 minutes before", [UpdateTask("it", "remind", "30 minutes before")]),
+        (
+            "remind me about the dentist an hour before",
+            [UpdateTask("the dentist", "remind", "an hour before")],
+        ),
+        (
+            "remind me an hour before the dentist",
+            [UpdateTask("the dentist", "remind", "an hour before")],
+        ),
+        ("pick up the kids at 3pm — add it", [AddTask("pick up the kids at 3pm")]),
+        ("call the vet is done", [SetCompleted("call the vet", completed=True)]),
     ],
 )
 def test_messages_become_typed_commands(message: str, commands: list[Command]) -> None:

@@ -6,7 +6,8 @@ module of its own:
 - `understanding`: the message -> typed commands (intent and slots), from tables of rows,
   with `questions` (list requests and questions about the list) and `references` (how a
   message names a task);
-- `entities`: the built-in entities in the slots: dates (dateparser), numbers, priorities;
+- `entities`: the built-in entities in the slots: dates (dateparser) and times of day,
+  repeats (the service's own reader), reminders, numbers, priorities, #tags;
 - `context`: what the session's recent turns say (tasks shown or touched, the question
   asked, the last change);
 - `resolver`: which of the user's tasks a reference means (rapidfuzz, context);
@@ -14,8 +15,9 @@ module of its own:
 - `replies`: the phrasing.
 
 Safety, by construction: only the user's message is parsed (titles coming back from tools
-are shown, never read); one message changes at most one existing task, and never deletes in
-bulk; messages longer than any command are declined before parsing.
+are shown, never read); one message changes at most one existing task besides those it says
+are done ("bought milk and paid rent", each named on its own), and never deletes in bulk;
+messages longer than any command are declined before parsing.
 """
 
 from collections.abc import Sequence
@@ -67,10 +69,24 @@ class StubResponder:
         if not commands:
             return DIDNT_UNDERSTAND
         executor = Executor(Calls(call_tool), context)
+        said: list[str] = []
         try:
-            return await _run(commands, executor, name)
+            for group in _groups(commands):
+                said.append(await _run(group, executor, name))
         except Stop as stop:
-            return stop.reply
+            said.append(stop.reply)
+        return "\n".join(said)
+
+
+def _groups(commands: list[Command]) -> list[list[Command]]:
+    """The commands in order, the new tasks said together added together."""
+    groups: list[list[Command]] = []
+    for command in commands:
+        if groups and isinstance(command, AddTask) and isinstance(groups[-1][-1], AddTask):
+            groups[-1].append(command)
+        else:
+            groups.append([command])
+    return groups
 
 
 async def _run(commands: list[Command], executor: Executor, name: str | None) -> str:

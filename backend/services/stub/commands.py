@@ -5,7 +5,7 @@ from typing import Literal
 
 from backend.models.task import DueFilter, Priority, StatusFilter
 
-Field = Literal["title", "description", "due", "priority"]
+Field = Literal["title", "description", "due", "priority", "repeat", "remind"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,9 +32,10 @@ class ListTasks:
 
 @dataclass(frozen=True, slots=True)
 class AddTask:
-    text: str  # the title as typed, possibly with a due date or priority in it
+    text: str  # the title as typed, possibly with a due date, repeat or priority in it
     priority: Priority | None = None
     parent: str | None = None  # a reference to the task this is a step of
+    remind: bool = False  # "remind me to ...": a reminder at the due time
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +53,7 @@ class DeleteTask:
 class UpdateTask:
     ref: str
     field: Field
-    value: str
+    value: str  # as typed; for "repeat", "never" stops the series
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""Recognizers for the built-in entities of a message: dates, numbers and priorities.
+"""Recognizers for the built-in entities of a message: dates and times of day, repeats,
+reminders, numbers, priorities and tags.
 
 Dates are read by `dateparser`; what it misreads or cannot read is first rewritten by a
 small table into something it reads ("next weekend" -> "next saturday") or computed here
@@ -10,13 +11,14 @@ import calendar
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, time, timedelta
 from functools import cache
 from typing import Any
 
 from dateparser.search import search_dates  # type: ignore[import-untyped]
 
 from backend.models.task import Priority
+from backend.services.recurrence import Repeat, find_repeat
 
 
 def _rx(pattern: str) -> re.Pattern[str]:
@@ -81,6 +83,13 @@ PRIORITY_CUES: tuple[tuple[str, Priority], ...] = (
     ("critical", "high"),
     ("medium priority", "medium"),
     ("normal priority", "medium"),
+    # Todoist's quick-add marks. It has four levels, the API three: p1 (Todoist's red,
+    # "urgent") is high and p2 medium; p3 and p4 (Todoist's "no priority", which someone
+    # who types it means as "not important") are low.
+    ("p1", "high"),
+    ("p2", "medium"),
+    ("p3", "low"),
+    ("p4", "low"),
 )
 _CUE = "|".join(re.escape(cue) for cue, _ in PRIORITY_CUES)
 _LEAD = r"(?:(?:it'?s|it is|this is|that'?s|thats|very|really|super|quite|pretty|kinda|and)\s+)*"
@@ -89,14 +98,17 @@ _PRIORITY_END = _rx(
 )
 _PRIORITY_START = _rx(rf"^(?P<cue>{_CUE})\s*[:,!-]?\s+")
 _PRIORITY_ANY = _rx(rf"(?:,\s*|\b){_LEAD}(?P<cue>{_CUE})\b[\s,!]*")
+_PRIORITY_MARK = _rx(r"(?<!\S)(?P<cue>p[1-4])(?!\S)")  # a Todoist mark, anywhere
 _CUES = dict(PRIORITY_CUES)
 
 
 def take_priority(text: str) -> tuple[str, Priority | None]:
-    """A priority said at the start or end of `text` ("urgent: ...", "..., it's urgent")."""
-    for pattern in (_PRIORITY_END, _PRIORITY_START):
+    """A priority said at the start or end of `text` ("urgent: ...", "..., it's urgent"), or
+    marked anywhere ("book flights p1 by friday")."""
+    for pattern in (_PRIORITY_END, _PRIORITY_START, _PRIORITY_MARK):
         if match := pattern.search(text):
-            rest = (text[: match.start()] + " " + text[match.end() :]).strip(" ,;:-")
+            rest = " ".join((text[: match.start()] + " " + text[match.end() :]).split())
+            rest = rest.strip(" ,;:-")
             return rest, _CUES[" ".join(match["cue"].lower().split())]
     return text, None
 
@@ -105,6 +117,112 @@ def priority_in(text: str) -> Priority | None:
     """A priority cue anywhere in `text` ("make it urgent", "set it to low priority")."""
     match = _PRIORITY_ANY.search(text)
     return _CUES[" ".join(match["cue"].lower().split())] if match else None
+
+
+# --- Tags -------------------------------------------------------------------------------
+
+_TAG = _rx(r"(?<!\S)#(?P<tag>[a-z][\w-]{0,31})(?=[\s,;.!?]|$)")
+MAX_TAGS = 10
+
+
+def take_tags(text: str) -> tuple[str, list[str]]:
+    """Todoist-style tags ("#errands"), each once, and the text without them."""
+    tags = list(dict.fromkeys(match["tag"] for match in _TAG.finditer(text)))
+    return " ".join(_TAG.sub(" ", text).split()).strip(" ,;:-"), tags[:MAX_TAGS]
+
+
+# --- Reminders --------------------------------------------------------------------------
+
+_AMOUNT = r"(?:(?P<half>half\s+an?)|(?P<n>\d{1,3}|an?|[a-z]+))"
+BEFORE_WORDS = r"(?:before(?:hand)?|earlier|early|ahead(?:\s+of\s+time)?|in\s+advance)"
+_BEFORE = (
+    rf"{_AMOUNT}\s+(?P<unit>minutes?|mins?|hours?|hrs?|days?|weeks?)\s+{BEFORE_WORDS}"
+    r"(?:\s+(?:it'?s|it\s+is)\s+due)?"
+)
+REMIND_ME = r"(?:remind|ping|alert|notify|warn|nudge)\s+me"
+_REMINDER = _rx(
+    rf"(?:^|[\s,;:-]+)(?:and\s+)?(?:{REMIND_ME}|(?:with\s+|set\s+|add\s+)?an?\s+reminder)"
+    rf"\s+{_BEFORE}"
+)
+_REMINDER_ALONE = _rx(rf"(?:{REMIND_ME}\s+)?{_BEFORE}")
+_REMINDER_BARE = _rx(rf"(?:^|[\s,;:-]+){_BEFORE}$")
+
+
+def take_reminder(text: str, *, bare: bool = False) -> tuple[str, timedelta | None]:
+    """ "..., remind me 30 minutes before": how long before its due time a task's reminder
+    fires, and the text without it. With `bare` (the message began "remind me"), a bare
+    ", an hour before" at the end says it too."""
+    for pattern in (_REMINDER, _REMINDER_BARE) if bare else (_REMINDER,):
+        if (match := pattern.search(text)) and (before := _duration(match)) is not None:
+            return _cut(text, match.start(), match.end()), before
+    return text, None
+
+
+def reminder_before(text: str) -> timedelta | None:
+    """ "30 minutes before", "remind me an hour before" said alone."""
+    match = _REMINDER_ALONE.fullmatch(text.strip(" ,;:-"))
+    return _duration(match) if match else None
+
+
+# --- Times of day -----------------------------------------------------------------------
+
+
+def _twelve_hour(match: re.Match[str]) -> time | None:
+    hour, minute = int(match["h"]), int(match["m"] or 0)
+    if not 1 <= hour <= 12 or minute > 59:
+        return None
+    return time(hour % 12 + (12 if match["half"].lower().startswith("p") else 0), minute)
+
+
+def _bare_hour(match: re.Match[str]) -> time | None:
+    """ "at 5" for a task means 17:00; "at 9" means 09:00."""
+    hour = int(match["h"])
+    return time(hour + 12 if 1 <= hour <= 7 else hour) if hour <= 23 else None
+
+
+# A time of day and how to read it; the first that matches is taken. Times are read here,
+# not by dateparser, which keeps a day and a time that are apart ("friday 5pm").
+_TIMES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], time | None]], ...] = (
+    (
+        _rx(r"(?:\bat\s+|@\s*|\b)(?P<h>\d{1,2})(?:[:.](?P<m>\d\d))?\s*(?P<half>[ap])\.?m\b\.?"),
+        _twelve_hour,
+    ),
+    (
+        _rx(r"(?:\bat\s+|@\s*|\b)(?P<h>[01]?\d|2[0-3]):(?P<m>[0-5]\d)\b"),
+        lambda m: time(int(m["h"]), int(m["m"])),
+    ),
+    (_rx(r"(?:\bat\s+)?\b(?:noon|midday)\b"), lambda _: time(12)),
+    (_rx(r"(?:\bat|@)\s*(?P<h>\d{1,2})\b(?![:.]?\d)"), _bare_hour),
+)
+_IN_HOURS = _rx(rf"\bin\s+{_AMOUNT}\s+(?P<unit>hours?|hrs?|minutes?|mins?)\b")
+
+
+_UNITS = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1)}
+_UNITS["w"] = 7 * _UNITS["d"]
+
+
+def _duration(match: re.Match[str]) -> timedelta | None:
+    """ "2 hours", "half an hour", "45 minutes", "a day": groups `half`, `n` and `unit`."""
+    unit = _UNITS[match["unit"][0].lower()]
+    if match["half"]:
+        return unit / 2
+    n = 1 if match["n"].lower() in ("a", "an") else number(match["n"])
+    return None if n is None else n * unit
+
+
+def take_time(text: str) -> tuple[str, time | None]:
+    """A time of day said in `text` ("at 3pm", "15:30", "noon", "at 5"), and the text
+    without it."""
+    for pattern, read in _TIMES:
+        if (match := pattern.search(text)) and (at := read(match)) is not None:
+            return _cut(text, match.start(), match.end()), at
+    return text, None
+
+
+def time_only(text: str) -> time | None:
+    """The time of day when `text` says only that ("9am", "at 15:30")."""
+    rest, at = take_time(text.strip(" ,;:-"))
+    return at if not rest.strip(" ,;:-") else None
 
 
 # --- Dates ------------------------------------------------------------------------------
@@ -153,19 +271,12 @@ _COMPUTED: tuple[tuple[re.Pattern[str], Callable[[date, re.Match[str]], date | N
 
 
 # Phrases rewritten into what dateparser reads (same meaning, its words).
-def _hour(match: re.Match[str]) -> str:
-    """ "at 5" for a task means 17:00; "at 9" means 09:00."""
-    hour = int(match.group(2))
-    return f"at {hour + 12 if 1 <= hour <= 7 else hour}:00"
-
-
-_REWRITES: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
+_REWRITES: tuple[tuple[re.Pattern[str], str], ...] = (
     (_rx(r"\b(?:next|the following)\s+weekend\b"), "next saturday"),
     (_rx(r"\b(?:this|the)\s+weekend\b"), "saturday"),
     (_rx(r"\b(?:the\s+)?end\s+of\s+(?:the\s+|this\s+)?week\b"), "friday"),
     (_rx(r"\b(?:tmrw|tmr|tomorow|tommorow|tommorrow|tomorrrow)\b"), "tomorrow"),
     (_rx(r"\btonite\b"), "tonight"),
-    (_rx(r"\b(at|@)\s*(\d{1,2})(?![\d:]|\s*(?:am|pm|a\.m|p\.m))\b"), _hour),
     (_rx(r"\bin\s+a\s+couple\s+(?:of\s+)?(days|weeks)\b"), r"in 2 \1"),
     (_rx(r"\bin\s+a\s+fortnight\b"), "in 2 weeks"),
 )
@@ -176,7 +287,7 @@ _PLAIN_DATE = _rx(
     r"|saturday|sunday|mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun|week|weeks|weekend|month"
     r"|months|year|days?|morning|afternoon|evening|noon|midnight|fortnight|january|february"
     r"|april|june|july|august|september|october|november|december|jan|feb|mar|apr|jun|jul"
-    r"|aug|sep|sept|oct|nov|dec)\b"
+    r"|aug|sep|sept|oct|nov|dec|midday|am|pm|hours?|hrs?|minutes?|mins?)\b"
 )
 _WEAK_ALONE = _rx(r"(?:on\s+|by\s+|for\s+)?(?:may|march|second|now|day|week|month|year)")
 _BARE_NUMBER = _rx(r"(?:on |by |at |in )?\d+")
@@ -213,9 +324,32 @@ def _clean_due(phrase: str, found: datetime, now: datetime) -> Due:
 
 
 def take_date(text: str, now: datetime) -> tuple[str, Due | None]:
-    """The due date said in `text` (in the user's local time `now`) and the text without it."""
+    """The due date said in `text` (in the user's local time `now`), with its time of day
+    when one was said, and the text without them. A time with no day is its next coming."""
     if not text or len(text) > MAX_DATE_TEXT:
         return text, None
+    if (match := _IN_HOURS.search(text)) and (ahead := _duration(match)) is not None:
+        due = (now.replace(tzinfo=None) + ahead).replace(second=0, microsecond=0)
+        return _cut(text, match.start(), match.end()), due
+    text, at = take_time(text)
+    text, day = _take_day(text, now, timed=at is not None)
+    if at is None:
+        return text, day
+    if day is None:
+        today = now.date()
+        day = today if at > now.time() else today + timedelta(days=1)
+    if isinstance(day, datetime):  # "tonight at 9", "tomorrow afternoon at 3"
+        at = at.replace(hour=at.hour + 12) if day.hour >= 12 > at.hour else at
+        day = day.date()
+    return text, datetime.combine(day, at)
+
+
+# A part of the day before the date, when a clock time was said, belongs to the title:
+# "parents evening thursday 6pm" (but "tomorrow evening at 7" is all date).
+_PART_OF_DAY_FIRST = _rx(r"\s*(?:morning|afternoon|evening|night)\b\s*")
+
+
+def _take_day(text: str, now: datetime, *, timed: bool = False) -> tuple[str, Due | None]:
     for pattern, compute in _COMPUTED:
         if (match := pattern.search(text)) and (due := compute(now.date(), match)) is not None:
             return _cut(text, match.start(), match.end()), due
@@ -233,12 +367,16 @@ def take_date(text: str, now: datetime) -> tuple[str, Due | None]:
         if _NEEDS_PREP.fullmatch(bare):  # a bare "sun" or "wed" ends titles, not dates
             continue
         start = lowered.find(phrase)
+        if timed and (part := _PART_OF_DAY_FIRST.match(phrase)):
+            start, phrase = start + part.end(), phrase[part.end() :]
+            if not phrase:
+                continue
         due = _clean_due(bare, found, now.replace(tzinfo=None))
         return _cut(text, start, start + len(phrase)), due
     return text, None
 
 
-_DANGLING = _rx(r"(?:\s+(?:due|by|on|for|before|until|till|at|in|from))+$")
+_DANGLING = _rx(r"(?:(?:^|\s+)(?:due|by|on|for|before|until|till|at|in|from))+$")
 
 
 def _cut(text: str, start: int, end: int) -> str:
@@ -247,12 +385,12 @@ def _cut(text: str, start: int, end: int) -> str:
     return f"{before} {after}".strip(" ,;:-") if after else before.strip(" ,;:-")
 
 
-_ANY_DAY = datetime(2026, 1, 1, 12, 0)  # any fixed day will do: only the reading matters
+ANY_DAY = datetime(2026, 1, 1, 12, 0)  # any fixed day will do: only whether a date is said
 
 
 def is_date(text: str) -> bool:
     """Is `text` just a date ("tomorrow", "next Friday at 9")?"""
-    rest, due = take_date(text.strip(" ,;:-"), _ANY_DAY)
+    rest, due = take_date(text.strip(" ,;:-"), ANY_DAY)
     return due is not None and not rest.strip(" ,;:-")
 
 
@@ -279,4 +417,20 @@ def might_be_date(text: str) -> bool:
 
 def says_date(text: str) -> bool:
     """Does `text` say a date somewhere in it?"""
-    return take_date(text, _ANY_DAY)[1] is not None
+    return take_date(text, ANY_DAY)[1] is not None
+
+
+# --- Repeats ----------------------------------------------------------------------------
+
+# How a repeat phrase starts: "make it every wednesday" changes how a task repeats.
+REPEAT_START = _rx(r"(?:every|each|daily|weekly|fortnightly|monthly|yearly|annually)\b")
+
+
+def take_repeat(text: str) -> tuple[str, Repeat | None]:
+    """A repeat phrase said in `text` ("every other thursday at 6pm"), read as the service
+    reads it, and the text without it. "every time I open the fridge" says none."""
+    found = find_repeat(text) if len(text) <= MAX_DATE_TEXT else None
+    if found is None:
+        return text, None
+    repeat, start, end = found
+    return _cut(text, start, end), repeat

@@ -2,9 +2,14 @@
 
 import re
 from collections.abc import Mapping
-from datetime import date, datetime, timedelta
+from dataclasses import dataclass, replace
+from datetime import date, datetime, time, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from backend.models.task import Priority
+from backend.services import recurrence
+from backend.services.recurrence import RecurrenceError, Repeat
 from backend.services.stub import entities, replies, resolver
 from backend.services.stub.calls import Calls, Stop, todo
 from backend.services.stub.commands import (
@@ -34,62 +39,129 @@ def _due_value(due: entities.Due) -> str:
     return due.isoformat(timespec="minutes") if isinstance(due, datetime) else due.isoformat()
 
 
+@dataclass(frozen=True, slots=True)
+class Said:
+    """A task as the user typed it: its title, and what else the words said."""
+
+    title: str
+    due: entities.Due | None = None
+    priority: Priority | None = None
+    tags: tuple[str, ...] = ()
+    remind_at: datetime | None = None
+    repeat: Repeat | None = None
+
+
+def _fields(said: Said) -> dict[str, Any]:
+    """The tool arguments for what was said besides the title."""
+    fields: dict[str, Any] = {}
+    if said.due is not None:
+        fields["due_at"] = _due_value(said.due)
+    if said.priority is not None:
+        fields["priority"] = said.priority
+    if said.tags:
+        fields["tags"] = list(said.tags)
+    if said.remind_at is not None:
+        fields["remind_at"] = said.remind_at.isoformat(timespec="minutes")
+    if said.repeat is not None:
+        fields["repeat"] = said.repeat.rule
+    return fields
+
+
+def _repeat_due(
+    repeat: Repeat, due: entities.Due | None, now: datetime, tz: ZoneInfo
+) -> entities.Due | None:
+    """A repeating task's first due time: the day said ("from monday") at the phrase's
+    time, else the rule's first occurrence (as the service would set it; the stub sets it
+    itself, to place the reminder)."""
+    if due is not None:
+        return (
+            datetime.combine(due, repeat.at) if repeat.at and not isinstance(due, datetime) else due
+        )
+    first = recurrence.first_due(repeat.rule, tz=tz, at=repeat.at, now=now)
+    if first is None:
+        return None
+    local = first.astimezone(tz).replace(tzinfo=None, second=0)
+    return local if repeat.at else local.date()
+
+
+# A task due on a day rather than at a time is due at the day's end, too late to act on:
+# its reminder is that morning, before the offset.
+REMIND_HOUR = time(9)
+
+
+def _remind_at(due: entities.Due, before: timedelta, now: datetime) -> datetime | None:
+    """The reminder `before` a due time, unless that has passed."""
+    anchor = due if isinstance(due, datetime) else datetime.combine(due, REMIND_HOUR)
+    at = anchor - before
+    return at if at > now.replace(tzinfo=None) else None
+
+
 class Executor:
     def __init__(self, calls: Calls, context: Context) -> None:
         self._calls = calls
         self._context = context
         self._resolver = Resolver(calls, context)
         self._now: datetime | None = None
+        self._tz = ZoneInfo("UTC")  # the user's zone, read with `now`
 
     async def now(self) -> datetime:
-        """The user's local time: the tools know their timezone, the stub does not."""
+        """The user's local time: the tools know their timezone, the stub asks them."""
         if self._now is None:
             context = await self._calls("get_user_context", {}, "look up today's date")
             try:
                 self._now = datetime.fromisoformat(str(context.get("local_time")))
-            except ValueError:
+                self._tz = ZoneInfo(str(context.get("timezone")))
+            except (ValueError, ZoneInfoNotFoundError):
                 raise Stop("I couldn't look up today's date; try again without one.") from None
         return self._now
 
-    async def title_and_extras(self, text: str) -> tuple[str, entities.Due | None, str | None]:
-        """A clean title, and any due date or priority said with it. A quoted title is
-        kept exactly as typed."""
+    async def said(self, text: str, *, remind: bool = False) -> Said:
+        """A clean title, and the due date, priority, tags and reminder said with it. A
+        quoted title is kept exactly as typed. `remind`: the message began "remind me"."""
         text = text.strip(" ,;:-")
         if len(text) > 1 and text[0] in "'\"" and (end := text.rfind(text[0])) > 0:
             inner, after = text[1:end].strip(), text[end + 1 :].strip(" ,;:-")
-            after, level = entities.take_priority(_LIST_SUFFIX.sub("", after))
-            due = None
-            if after and entities.might_be_date(after):
-                after, due = entities.take_date(after, await self.now())
-            if inner and not after:
-                return inner, due, level
-        text = _LIST_SUFFIX.sub("", text)
-        text, level = entities.take_priority(text)
-        text = _LIST_SUFFIX.sub("", text)
-        due = None
-        if entities.might_be_date(text):
-            text, due = entities.take_date(text, await self.now())
-        text = _LEADING_TO.sub("", text).strip(" ,;:-")
+            outside = await self._extras(after, remind)
+            if inner and not outside.title:
+                return replace(outside, title=inner)
+        said = await self._extras(text, remind)
+        text = _LEADING_TO.sub("", said.title).strip(" ,;:-")
         if len(text) > 1 and text[0] in "'\"" and text[-1] == text[0]:
             text = text[1:-1].strip()
         first = text.split(" ", 1)[0]
         if first.islower():
             text = text[:1].upper() + text[1:]
-        return text, due, level
+        return replace(said, title=text)
+
+    async def _extras(self, text: str, remind: bool) -> Said:
+        text, tags = entities.take_tags(_LIST_SUFFIX.sub("", text))
+        text, before = entities.take_reminder(text, bare=remind)
+        text, level = entities.take_priority(text)
+        text = _LIST_SUFFIX.sub("", text)
+        text, repeat = entities.take_repeat(text)
+        due = None
+        if entities.might_be_date(text):
+            text, due = entities.take_date(text, await self.now())
+        if repeat is not None:
+            due = _repeat_due(repeat, due, await self.now(), self._tz)
+        if before is None and remind:
+            before = timedelta(0)  # "remind me to ...": at the due time
+        remind_at = None
+        if due is not None and before is not None:
+            remind_at = _remind_at(due, before, await self.now())
+        return Said(text, due, level, tuple(tags), remind_at, repeat)
 
     # -- adding ---------------------------------------------------------------------------
 
     async def add(self, commands: list[AddTask]) -> str:
         added: list[ToolResult] = []
         for command in commands:
-            title, due, level = await self.title_and_extras(command.text)
-            if not title:
+            said = await self.said(command.text, remind=command.remind)
+            if not said.title:
                 return f"What should the task say? For example: {replies.ADD_EXAMPLE}."
-            arguments: dict[str, Any] = {"title": title}
-            if due is not None:
-                arguments["due_at"] = _due_value(due)
-            if level or command.priority:
-                arguments["priority"] = level or command.priority
+            arguments: dict[str, Any] = {"title": said.title, **_fields(said)}
+            if command.priority and not said.priority:
+                arguments["priority"] = command.priority
             if command.parent is not None:
                 parent = await self._resolver.find(command.parent, resolver.PARENT)
                 arguments["parent"] = parent.todo_id
@@ -100,15 +172,16 @@ class Executor:
         return replies.added(added)
 
     async def plan(self, command: Plan) -> str:
-        title, due, level = await self.title_and_extras(command.title)
+        said = await self.said(command.title)
+        title = said.title
         if not command.steps:
             return replies.PLAN_NEEDS_MODEL.format(title=title[:1].lower() + title[1:])
-        steps = [(await self.title_and_extras(step))[0] for step in command.steps]
-        arguments: dict[str, Any] = {"title": title, "steps": [s for s in steps if s]}
-        if due is not None:
-            arguments["due_at"] = _due_value(due)
-        if level:
-            arguments["priority"] = level
+        steps = [(await self.said(step)).title for step in command.steps]
+        arguments: dict[str, Any] = {
+            "title": title,
+            "steps": [s for s in steps if s],
+            **_fields(said),
+        }
         result = todo(await self._calls("add_todo", arguments, "add that plan"))
         lines = [f"- #{s.get('number')} {replies.title(s)}" for s in result.get("steps") or ()]
         head = f"Added task {result.get('number')}: {replies.title(result)}{replies.extras(result)}"
@@ -141,6 +214,8 @@ class Executor:
         if not command.completed:
             return f"Reopened task {changed.get('number')}: {replies.title(changed)}."
         note = f" {replies.clean(str(result['note']))}" if result.get("note") else ""
+        if isinstance(after := result.get("next_todo"), dict):
+            note += f" Next one on {replies.day(after)} (task {after.get('number')})."
         return f"Marked task {changed.get('number')} as complete: {replies.title(changed)}.{note}"
 
     async def delete(self, command: DeleteTask) -> str:
@@ -162,29 +237,49 @@ class Executor:
             if (by := entities.shift(command.value)) is not None:
                 target = await self._resolver.find(command.ref, resolver.UPDATE, look_up=True)
                 changes["due_at"] = _shifted(target.todo, by, (await self.now()).date())
+            elif (at := entities.time_only(command.value)) is not None:
+                # "move it to 9am": the same day, at that time
+                target = await self._resolver.find(command.ref, resolver.UPDATE, look_up=True)
+                changes["due_at"] = _at(target.todo, at, await self.now())
             else:
                 rest, due = entities.take_date(command.value, await self.now())
                 if due is None or rest.strip(" ,;:-"):
                     return 'When is it due? For example: "Move task 2 to Friday".'
                 changes["due_at"] = _due_value(due)
+        elif command.field == "remind":
+            target = await self._resolver.find(command.ref, resolver.UPDATE, look_up=True)
+            before = entities.reminder_before(command.value) or timedelta(0)
+            due = _due_of(target.todo or {})
+            if due is None:
+                return (
+                    f"Task {target.todo_id} has no due time to remind you before. Give it one "
+                    f'first, for example: "Move task {target.todo_id} to Friday at 3pm".'
+                )
+            remind_at = _remind_at(due, before, await self.now())
+            if remind_at is None:
+                return "That reminder would already have passed, so I left the task as it is."
+            changes["remind_at"] = remind_at.isoformat(timespec="minutes")
+        elif command.field == "repeat":
+            changes["repeat"] = command.value
+            target = await self._resolver.find(command.ref, resolver.UPDATE, look_up=True)
+            await self.now()  # the user's zone
+            if (moved := _on_schedule(target.todo, command.value, self._tz)) is not None:
+                changes["due_at"] = moved
         elif command.field == "description":
             changes["description"] = command.value.strip("'\" ")
         else:
-            title, due, level = await self.title_and_extras(command.value)
-            if not title:
+            said = await self.said(command.value)
+            if not said.title:
                 return 'What should the new title be? For example: "Rename task 1 to Call mom".'
-            changes["title"] = title
-            if due is not None:
-                changes["due_at"] = _due_value(due)
-            if level is not None:
-                changes["priority"] = level
+            changes.update(title=said.title, **_fields(said))
         target = target or await self._resolver.find(command.ref, resolver.UPDATE, look_up=True)
         result = await self._calls(
             "update_todo", {"todo_id": target.todo_id, **changes}, "change that task"
         )
         changed = todo(result)
         extras = replies.extras(changed)
-        return f"Updated task {changed.get('number')}: {replies.title(changed)}{extras}."
+        stopped = " It no longer repeats." if changes.get("repeat") == "never" else ""
+        return f"Updated task {changed.get('number')}: {replies.title(changed)}{extras}.{stopped}"
 
     async def undo(self) -> str:
         """Revert the stub's last changing turn in this session, newest change first."""
@@ -262,6 +357,37 @@ def _due_date(todo_: Mapping[str, Any]) -> date | None:
     return date.fromisoformat(due[:10]) if isinstance(due, str) and len(due) >= 10 else None
 
 
+def _on_schedule(todo_: ToolResult | None, phrase: str, tz: ZoneInfo) -> str | None:
+    """ "make it every wednesday": a task due on a day the new rule skips moves to the
+    rule's next day (at the phrase's time, if it names one); None when it may stay."""
+    due = (todo_ or {}).get("due_at")
+    if not isinstance(due, str):
+        return None
+    try:
+        repeat = recurrence.parse_repeat(phrase)
+    except RecurrenceError:
+        return None  # the tool says which phrases it reads
+    anchor = datetime.fromisoformat(due).astimezone(tz)
+    if repeat.at is not None:
+        anchor = datetime.combine(anchor.date(), repeat.at, tzinfo=tz)
+    first = recurrence.occurrences(repeat.rule, anchor=anchor, tz=tz, count=1)
+    if not first or first[0] == anchor:
+        return None
+    moved = first[0].astimezone(tz)
+    if moved.time() >= time(23, 59):  # a day, not a time
+        return moved.date().isoformat()
+    return moved.replace(tzinfo=None).isoformat(timespec="minutes")
+
+
+def _due_of(todo_: Mapping[str, Any]) -> entities.Due | None:
+    """A task's due day, or its due time when it has one (a day is due at 23:59)."""
+    due = todo_.get("due_at")
+    if not isinstance(due, str):
+        return None
+    found = datetime.fromisoformat(due).replace(tzinfo=None)
+    return found.date() if found.time() == time(23, 59) else found
+
+
 def _late(todo_: Mapping[str, Any], today: date) -> bool:
     due = _due_date(todo_)
     return due is not None and due < today and not todo_.get("completed")
@@ -277,6 +403,13 @@ def _urgency(todo_: Mapping[str, Any], today: date) -> tuple[bool, date, int, in
 def _shifted(todo_: ToolResult | None, by: timedelta, today: date) -> str:
     due = _due_date(todo_ or {})
     return ((due if due and due >= today else today) + by).isoformat()
+
+
+def _at(todo_: ToolResult | None, at: time, now: datetime) -> str:
+    """A task's due day at another time; a task with no due day gets the next such time."""
+    today = now.date()
+    day = _due_date(todo_ or {}) or (today if at > now.time() else today + timedelta(days=1))
+    return datetime.combine(day, at).isoformat(timespec="minutes")
 
 
 def _describe(command: ListTasks, n: int) -> str:

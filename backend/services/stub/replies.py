@@ -1,6 +1,7 @@
 """Phrasing: every sentence the stub says, and how a task is shown in one."""
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 EXAMPLES = '"Add a task to buy milk", "Show my tasks", "Mark task 2 as done" or "Delete task 3"'
@@ -10,6 +11,8 @@ WELCOME = "You're welcome! Anything else?"
 HELP = (
     "I can manage your todo list. Try:\n"
     '- "Add a task to buy milk tomorrow" or "add apples, pears and flour"\n'
+    '- "Dentist next Tuesday at 3pm p1 #health" or "Remind me to water the plants every other'
+    ' Thursday at 6pm"\n'
     '- "Show my tasks", "What\'s pending?", "What do I have this week?" or "Anything overdue?"\n'
     '- "Mark task 2 as done", "I emailed Jo" or "Reopen task 2"\n'
     '- "Rename task 1 to Call mom" or "Move task 1 to Friday"\n'
@@ -41,12 +44,22 @@ def title(todo: Mapping[str, Any]) -> str:
     return clean(str(todo.get("title") or "")).rstrip(".")
 
 
-def due(todo: Mapping[str, Any]) -> str | None:
-    value = todo.get("due_at")
+def due(todo: Mapping[str, Any], field: str = "due_at") -> str | None:
+    value = todo.get(field)
     if not isinstance(value, str) or len(value) < 10:
         return None
     # A date-only due date is stored as the end of that day.
     return value[:10] if value[11:16] in ("", "23:59") else f"{value[:10]} {value[11:16]}"
+
+
+def day(todo: Mapping[str, Any]) -> str:
+    """ "Monday Dec 7", "Thursday Dec 10 at 18:00": when a task is due, in words."""
+    value = todo.get("due_at")
+    if not isinstance(value, str):
+        return "no set day"
+    when = datetime.fromisoformat(value)
+    at = "" if value[11:16] in ("", "23:59") else f" at {value[11:16]}"
+    return f"{when:%A %b} {when.day}{at}"
 
 
 def extras(todo: Mapping[str, Any]) -> str:
@@ -55,6 +68,12 @@ def extras(todo: Mapping[str, Any]) -> str:
         notes.append(f"{todo['priority']} priority")
     if when := due(todo):
         notes.append(f"due {when}")
+    if repeats := todo.get("recurrence_text"):
+        notes.append(clean(str(repeats), limit=60))
+    if reminder := due(todo, "remind_at"):
+        notes.append(f"reminder {reminder}")
+    if tags := todo.get("tags"):
+        notes.append(" ".join(f"#{clean(str(tag), limit=32)}" for tag in tags))
     if todo.get("steps_total"):
         notes.append(f"{todo.get('steps_done', 0)}/{todo['steps_total']} steps done")
     return f" ({', '.join(notes)})" if notes else ""

@@ -2,8 +2,9 @@
 
 The grammar is tables: each row of `_VERB_RULES` and `_STATE_RULES` is a pattern and the
 command it builds, and the word lists say what a list question, a reference or a filler
-sounds like. Adding a phrasing is adding a row. Entities (dates, numbers, priorities) are
-left in the slots as typed and read by `entities`; references are resolved by `resolver`.
+sounds like. Adding a phrasing is adding a row. Entities (dates, times, repeats, reminders,
+numbers, priorities, tags) are left in the slots as typed and read by `entities`; references
+are resolved by `resolver`.
 
 Whitespace is collapsed first, so every ` ` in a pattern is exactly one character, and no
 pattern nests quantifiers: each match is linear in the message length. Messages longer than
@@ -92,6 +93,12 @@ _REOPEN = (
         rf" (?P<ref>.+?)(?: as {_DONE})?"
     ),
     _rx(rf"{_MARK} (?P<ref>.+?)(?: back)?(?: as| to)? {_UNDONE}"),
+    # "I haven't done the laundry yet", "I didn't pay the rent after all"
+    _rx(
+        r"i (?:haven't|havent|have not|didn't|didnt|did not)(?: actually| really| even)?"
+        r"(?: (?:done|finished|completed|do|finish|complete))? (?P<ref>.+?)"
+        r"(?: yet| after all| actually| at all)?"
+    ),
 )
 _COMPLETE = (
     _rx(rf"{_MARK} (?P<ref>.+?)(?: as| to)? {_DONE}"),
@@ -140,6 +147,12 @@ _IS_DONE = _rx(
     rf"(?P<ref>.+?)(?: is| was| are| were| has been| have been)?(?: now| all| already)? {_DONE}"
 )
 _IS_DUE = _rx(r"(?P<ref>.+?)(?: is| should be)? due (?P<new>.+)")
+# "the laundry can wait, make it low priority"
+_CAN_WAIT = _rx(
+    r"(?P<ref>.+?) (?:can|could|will have to|has to) wait(?: (?:a bit|a while|till later))?"
+    r"(?:,? (?:so |just )?(?:make|set|mark|put|keep) (?:it|that) (?:as |to |at |on )?(?:a )?"
+    r"(?:low|lower)(?:[- ]priority| prio)?)?"
+)
 
 # The field a change names: "the due date of task 2", "task 2's title".
 _FIELD_WORDS = (
@@ -185,6 +198,12 @@ _ADD = (
         rf" (?:a|an|another|one more)(?: new)?){_NOUN}{_ONTO_LIST}{_TITLE_SEP}(?P<title>.*)"
     ),
 )
+# "pick up the kids at 3pm — add it": the task first, the command after it.
+_ADD_AFTER = _rx(
+    r"(?P<title>.+?)(?: ?[\u2014\u2013-]+|[,:;])? (?:please )?(?:add|note|save|put|jot)"
+    r" (?:it|that|this)(?: down)?(?: (?:to|on|in|onto) (?:my|the) (?:list|tasks|todo list))?"
+    r"(?P<level>)"
+)
 # "put milk on the shopping list": a new task, said the other way round.
 _PUT_ON_LIST = _rx(
     r"(?:put|stick|pop|throw) (?P<title>.+?) (?:on|onto|in|to) (?:my|the)"
@@ -193,13 +212,14 @@ _PUT_ON_LIST = _rx(
 # "remind me to", "I need to remember to", "todo: ..." are always a new task.
 _REMEMBER = _rx(
     r"(?:(?:i (?:need|have|want|must|should|ought|got)(?: to)? |i've got to |i gotta )?"
-    r"remember(?: to)?|remind me(?: to| about| of| that i (?:need|have) to| that)?"
+    r"remember(?: to)?|(?P<remind>remind me)(?: to| about| of| that i (?:need|have) to| that)?"
     r"|(?:don't|dont|do not) (?:let me )?forget(?: to| about)?|note to self"
     r"|(?:new )?(?:task|todo|to-do|reminder)(?= ?:)|todo|to-do)[:,]?(?: |$)"
 )
 # "I need to call mom" is a new task, unless it goes on with a command ("I need to finish task 2").
 _NEED_TO = _rx(
-    r"(?:i (?:need|have|must|should|ought|gotta)(?: to)?|i've got to|i got to|i gotta"
+    r"(?:i(?: also| really| just| still)? (?:need|have|must|should|ought|gotta)(?: to)?"
+    r"|i've got to|i got to|i gotta"
     r"|need to|have to|gotta|must)(?: really| just| also| definitely| probably)? "
 )
 
@@ -272,6 +292,45 @@ _SHOW_STEPS = _rx(
 _MAKE_IT = _rx(
     r"(?:make|call|change|turn) (?P<ref>it|that|this|that one|this one) (?:to |into )?(?P<new>.+)"
 )
+# "remind me about the dentist an hour before", "remind me 30 minutes before",
+# "remind me an hour before the dentist": a reminder for a task that has a due time.
+_REMIND_BEFORE = (
+    _rx(
+        rf"{entities.REMIND_ME}(?: (?:about|of|for) (?P<ref>.+?))?"
+        rf" (?P<before>(?:half )?\S+ \S+ {entities.BEFORE_WORDS}(?: (?:it's|its|it is) due)?)"
+    ),
+    _rx(
+        rf"{entities.REMIND_ME} (?P<before>(?:half )?\S+ \S+) before"
+        r" (?P<ref>(?:the|my|task|#|it|that).*)"
+    ),
+)
+# "make it repeat every week", "repeat task 2 every monday", "the bins repeat weekly".
+_REPEAT = (
+    _rx(
+        r"(?:make|have|set|let|get|change) (?P<ref>.+?) (?:to )?(?:repeat|recur)(?:s|ring)?"
+        r"(?: on)? (?P<new>.+)"
+    ),
+    _rx(r"(?:repeat|recur) (?P<ref>.+?) (?P<new>(?:every|each|daily|weekly|monthly|yearly)\b.*)"),
+)
+_REPEATS = _rx(
+    r"(?P<ref>.+?) (?:should |will |needs to |has to |must )?(?:repeat|recur)s?"
+    r"(?: on)? (?P<new>.+)"
+)
+# "stop repeating it", "don't repeat the bins any more", "make it a one-off".
+_STOP_REPEAT = (
+    _rx(r"(?:stop|quit) (?:repeating|recurring) (?P<ref>.+?)(?: any ?more)?"),
+    _rx(r"(?:don't|dont|do not|no longer) repeat (?P<ref>.+?)(?: any ?more| again)?"),
+    _rx(r"make (?P<ref>.+?) (?:a one-?off|one-?off|not repeat|non-?recurring|a one-?time thing)"),
+    _rx(
+        r"(?:stop|remove|cancel|delete|clear|drop|end) the (?:repeats?|repeating|recurrence"
+        r"|repetition|series)(?: (?:from|on|of|for) (?P<ref>.+))?"
+    ),
+)
+_STOPS_REPEATING = _rx(
+    r"(?P<ref>.+?) (?:doesn't|does not|don't|do not|shouldn't|should not|won't|needn't|need not"
+    r"|no longer)"
+    r"(?: need to)? (?:repeat|recur)(?: any ?more)?"
+)
 # "I emailed Jo", "got the apples": past tense means done.
 _PAST = _rx(
     r"(?:(?:i|we)(?:'ve|'d)? )?(?:(?:just|already|finally|have|had) )*"
@@ -279,6 +338,7 @@ _PAST = _rx(
     r"|went|swept|sorted|ate|drank|found|gave|ran|saw|spoke|told|hung|threw"
     r"|taken|written|given|done|eaten|seen|spoken|sent off|dropped off|picked up) (?P<rest>.+)"
 )
+_DID_SPLIT = re.compile(r",\s*(?:and\s+)?|\s+and\s+", re.I)
 _NOT_PAST = frozenset(
     {"need", "feed", "seed", "speed", "bleed", "breed", "weed", "proceed", "exceed", "succeed",
      "bed", "red", "shed", "wed", "embed", "shred", "sled", "bred"}
@@ -328,6 +388,8 @@ def parse(message: str, context: Context | None = None) -> list[Command]:
         return [Help()]
     if context.last_added and (more := _MORE.fullmatch(text)) and _command(more["text"]) is None:
         return _adds(_ARTICLE_START.sub("", more["text"]))
+    if len(parts := _REQUESTS.split(text)) > 1 and (several := _several(parts)):
+        return several
     text = _strip_request(text)
     if _GREETING.fullmatch(text):
         return [Help()]
@@ -338,13 +400,36 @@ def parse(message: str, context: Context | None = None) -> list[Command]:
     return _understood(text)
 
 
-def _understood(text: str) -> list[Command]:
+# Where one message holds several requests: "Add X. Also add Y.", "add X and also Y".
+_REQUESTS = re.compile(r"((?:[.!?;]\s+|,?\s+and\s+|,\s+)also\s+|[.!?;]\s+)", re.I)
+
+
+def _several(parts: list[str]) -> list[Command]:
+    """The commands of several requests in one message, when each is understood alone (a
+    bare "Y" after "and also" is one more task) and together they add, list, and change at
+    most one existing task besides those said done; else nothing."""
+    commands: list[Command] = []
+    for i in range(0, len(parts), 2):
+        part = _strip_request(parts[i])
+        also = i > 0 and "also" in parts[i - 1].lower()
+        found = _understood(part) if part else []
+        if not found and also and commands and isinstance(commands[-1], AddTask):
+            found = _adds(_ARTICLE_START.sub("", part))
+        if not found:
+            return []
+        commands += found
+    changes = [c for c in commands if isinstance(c, UpdateTask | DeleteTask)]
+    allowed = AddTask | SetCompleted | UpdateTask | DeleteTask | ListTasks
+    return commands if len(changes) <= 1 and all(isinstance(c, allowed) for c in commands) else []
+
+
+def _understood(text: str, *, date_first: bool = True) -> list[Command]:
     if (command := _command(text)) is not None:
         if isinstance(command, AddTask) and command.parent is None:
             return _adds(command.text, command.priority)
         return [command]
     if match := _REMEMBER.match(text):
-        return _adds(text[match.end() :])
+        return _adds(text[match.end() :], remind=bool(match["remind"]))
     if match := _NEED_TO.match(text):
         rest = text[match.end() :]
         command = _command(rest)
@@ -357,26 +442,103 @@ def _understood(text: str) -> list[Command]:
         if isinstance(command, AddTask):
             return _adds(command.text, command.priority)
         return _adds(rest)
-    if (match := _PAST.fullmatch(text)) and match["verb"].lower() not in _NOT_PAST:
-        return [SetCompleted(f"{match['verb']} {match['rest']}", completed=True)]
+    if done := _did(text):
+        return done
+    if date_first and (dated := _date_first(text)):
+        return dated
     if _reads_as_task(text):
         return _adds(text)
     return []
 
 
+def _did(text: str) -> list[Command]:
+    """ "I emailed Jo", "bought milk and paid rent": past tense means done; when every
+    part of the sentence says a thing was done, each is a task done."""
+    pieces = [_done(piece) for piece in _DID_SPLIT.split(text)]
+    done = [piece for piece in pieces if piece is not None]
+    if len(done) > 1 and len(done) == len(pieces):
+        return list(done)
+    whole = _done(text)
+    return [whole] if whole else []
+
+
+def _done(text: str) -> SetCompleted | None:
+    match = _PAST.fullmatch(text)
+    if match is None or match["verb"].lower() in _NOT_PAST:
+        return None
+    return SetCompleted(f"{match['verb']} {match['rest']}", completed=True)
+
+
+# A sentence starting so is a question or a remark, not a task: "what's on tomorrow?"
+_NOT_A_TASK = frozenset(
+    [
+        "what", "what's", "whats", "when", "where", "why", "who", "how", "which", "is", "are",
+        "am", "was", "were", "do", "does", "did", "can", "could", "would", "will", "should",
+        "i", "i'm", "im", "i'll", "we", "we're", "it", "it's", "its", "that", "this", "there",
+        "you", "he", "she", "they",
+    ]
+)  # fmt: skip
+
+
+# Words of conversation: a sentence without a task's verb that has one is no task.
+_CHAT_WORDS = frozenset(
+    [
+        "you", "me", "i", "we", "us", "then", "thanks", "thank", "thx", "not", "nothing",
+        "no", "ok", "okay", "see", "talk", "same", "busy", "free", "maybe", "bye", "lol",
+        "yes", "yeah", "sure", "nope", "later", "again", "hi", "hello",
+    ]
+)  # fmt: skip
+
+
 def _reads_as_task(text: str) -> bool:
-    """ "call the vet tomorrow morning", "urgent: call the bank": an instruction to oneself
-    with a date or a priority is a new task, though a bare "buy milk" is not understood."""
-    rest, level = entities.take_priority(text)
-    if not rest or rest.split(" ", 1)[0].lower() not in TASK_VERBS:
+    """ "call the vet tomorrow morning", "urgent: call the bank", "dentist next tuesday at
+    3pm", "submit timesheet #work p1", "take vitamins daily": words with a date, a time, a
+    repeat, a priority or a tag read as a new task, as a quick-add box reads them; a bare
+    "buy milk" is not understood."""
+    rest, tags = entities.take_tags(text)
+    rest = entities.take_reminder(rest)[0]
+    rest, level = entities.take_priority(rest)
+    first = rest.split(" ", 1)[0].lower()
+    if not rest or first in _NOT_A_TASK or text.endswith("?"):
         return False
-    return level is not None or (entities.might_be_date(rest) and entities.says_date(rest))
+    if tags or (level is not None and first in TASK_VERBS):
+        return True
+    words = {w.strip(",.!;:") for w in rest.lower().split(" ")}
+    if first not in TASK_VERBS and words & _CHAT_WORDS:
+        return False  # "busy day tomorrow", "see you monday", "not today": talk, not tasks
+    rest, repeat = entities.take_repeat(rest)
+    if repeat is not None:
+        return bool(rest)  # "water the plants every other thursday"
+    if not entities.might_be_date(rest):
+        return False
+    rest, due = entities.take_date(rest, entities.ANY_DAY)
+    return due is not None and bool(rest.strip(" ,;:-"))
 
 
-def _adds(text: str, priority: Priority | None = None) -> list[Command]:
+def _date_first(text: str) -> list[Command]:
+    """ "tomorrow I need to call the bank", "Friday: email Jo, book a table": a date before
+    the tasks it is for."""
+    words = text.split(" ")
+    if len(words) < 2 or not entities.might_be_date(" ".join(words[:2])):
+        return []
+    for size in range(min(4, len(words) - 1), 0, -1):  # the longest date wins
+        when = " ".join(words[:size]).rstrip(":,-")
+        if not entities.is_date(when):
+            continue
+        rest = " ".join(words[size:]).lstrip(":,- ")
+        found = _understood(rest, date_first=False) or (
+            _adds(rest) if rest.split(" ", 1)[0].lower() in TASK_VERBS else []
+        )
+        if found and all(isinstance(c, AddTask) and c.parent is None for c in found):
+            return [replace(c, text=f"{c.text} {when}") for c in found if isinstance(c, AddTask)]
+        return []
+    return []
+
+
+def _adds(text: str, priority: Priority | None = None, *, remind: bool = False) -> list[Command]:
     """One AddTask per task the text names: "apples, pears and flour" is three."""
-    items = split_items(text)
-    return [AddTask(item, priority) for item in items] if items else [AddTask("", priority)]
+    items = split_items(text) or [""]
+    return [AddTask(item, priority, remind=remind) for item in items]
 
 
 def split_items(text: str, *, steps: bool = False) -> list[str]:
@@ -394,6 +556,8 @@ def split_items(text: str, *, steps: bool = False) -> list[str]:
         return [text]  # "buy salt and pepper", "call mom and dad": one task
     if any(_starts_clause(p) for p in pieces[1:]) or entities.is_date(pieces[-1]):
         return [text]  # ", it's for the party", ", which is due friday": one task
+    if entities.take_reminder(pieces[-1])[1] is not None:
+        return [text]  # "..., remind me an hour before": one task
     if first_verb in TASK_VERBS and " " in pieces[0]:
         verb = pieces[0].split(" ", 1)[0]
         pieces = [pieces[0]] + [
@@ -462,9 +626,11 @@ def _ref(match: re.Match[str]) -> str | None:
 
 
 def _one_ref(match: re.Match[str]) -> str | None:
-    """The task, when the sentence has no verb up front and must name it plainly."""
+    """The task, when the sentence has no verb up front and must name it plainly: "task 3",
+    "the report", or the task's own words ("call the vet is done")."""
     ref: str = match["ref"]
-    return ref if names_one(ref) else None
+    own_words = " " in ref and ref.split(" ", 1)[0].lower() in TASK_VERBS
+    return ref if names_one(ref) or own_words else None
 
 
 def _set_completed(completed: bool, ref: Callable[[re.Match[str]], str | None] = _ref) -> Rule:
@@ -491,6 +657,8 @@ def _add_steps(match: re.Match[str]) -> Command | None:
 
 
 def _make_it(match: re.Match[str]) -> Command | None:
+    if entities.REPEAT_START.match(match["new"]):
+        return UpdateTask(match["ref"], "repeat", match["new"])  # "make it every wednesday"
     if entities.priority_in(match["new"]) or entities.is_date(match["new"]):
         return None  # "make it urgent", "make it friday": the priority and update rules
     return UpdateTask(match["ref"], "title", match["new"])
@@ -536,6 +704,34 @@ def _ask_what_to_change(match: re.Match[str]) -> Command | None:
     )
 
 
+def _can_wait(match: re.Match[str]) -> Command | None:
+    ref = _ref(match)
+    return None if ref is None else UpdateTask(ref, "priority", "low")
+
+
+def _remind_before(match: re.Match[str]) -> Command | None:
+    ref = match["ref"] or "it"
+    before = match["before"]
+    if entities.reminder_before(before) is None:
+        before = f"{before} before"  # "an hour before the dentist"
+    if entities.reminder_before(before) is None:
+        return None
+    if entities.might_be_date(ref) and entities.says_date(ref):
+        return None  # "remind me about the dentist at 3pm, an hour before": a new task
+    return UpdateTask(ref, "remind", before)
+
+
+def _repeat(match: re.Match[str]) -> Command | None:
+    ref = _ref(match)
+    if ref is None or not entities.REPEAT_START.match(match["new"]):
+        return None
+    return UpdateTask(ref, "repeat", match["new"])
+
+
+def _stop_repeat(match: re.Match[str]) -> Command:
+    return UpdateTask(match["ref"] or "it", "repeat", "never")
+
+
 def _is_due(match: re.Match[str]) -> Command | None:
     ref = _one_ref(match)
     return None if ref is None else UpdateTask(ref, "due", match["new"])
@@ -548,6 +744,9 @@ _VERB_RULES: list[tuple[re.Pattern[str], Rule]] = [
     *((pattern, _add_steps) for pattern in _ADD_STEPS),
     (_SHOW_STEPS, lambda m: ShowSteps(m["ref"] or m["ref2"])),
     (_PLAN_ASK, lambda m: Plan(m["title"] or m["title2"], ())),
+    *((pattern, _stop_repeat) for pattern in _STOP_REPEAT),
+    *((pattern, _repeat) for pattern in _REPEAT),
+    *((pattern, _remind_before) for pattern in _REMIND_BEFORE),
     (_MAKE_IT, _make_it),
     *((pattern, _set_completed(False)) for pattern in _REOPEN),
     *((pattern, _set_completed(True)) for pattern in _COMPLETE),
@@ -556,6 +755,7 @@ _VERB_RULES: list[tuple[re.Pattern[str], Rule]] = [
     (_DELETE, _delete),
     *((pattern, _add) for pattern in _ADD),
     (_PUT_ON_LIST, _add),
+    (_ADD_AFTER, _add),
     (_SHIFT_BY, _shift_by),
     (_UPDATE, _change),
     (_PRIORITY, _priority),
@@ -563,6 +763,9 @@ _VERB_RULES: list[tuple[re.Pattern[str], Rule]] = [
     (_UPDATE_INCOMPLETE, _ask_what_to_change),
 ]
 _STATE_RULES: list[tuple[re.Pattern[str], Rule]] = [
+    (_CAN_WAIT, _can_wait),
+    (_STOPS_REPEATING, _stop_repeat),
+    (_REPEATS, _repeat),
     (_IS_UNDONE, _set_completed(False, _one_ref)),
     (_IS_DONE, _set_completed(True, _one_ref)),
     (_IS_DUE, _is_due),

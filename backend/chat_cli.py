@@ -4,16 +4,20 @@
 
 A token comes from `--token` / `TODO_AGENT_TOKEN`, or is minted here when the service's
 secret is known on this machine (JWT_SECRET, or the development secret in the data dir),
-for the same user the web page's name sign-in gives. Reads lines from a terminal (with
-editing and history) or from a pipe.
+for the same user the web page's name sign-in gives (`--user alice` is the user `alice`).
+Reads lines from a terminal (with editing and history) or from a pipe. While it is open, a
+background thread follows the user's events and prints reminders as they fire.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -33,6 +37,10 @@ HELP = (
     "/tasks  your tasks · /sessions  past chats · /open ID  continue one · /settings · /new · /quit"
 )
 Event = Callable[[str, dict[str, Any]], None]
+# Longer than the service's keep-alive interval (15 s): a silent stream is a dead one.
+EVENTS_READ_TIMEOUT_S = 45.0
+# Pauses before following the events again after a drop: doubling, up to a few seconds.
+RECONNECT_FIRST_S, RECONNECT_MAX_S = 0.5, 5.0
 
 
 class ChatError(Exception):
@@ -115,16 +123,18 @@ def _problem(response: httpx.Response) -> ChatError:
     return ChatError(message)
 
 
-def _events(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Server-sent events (event name, JSON data) from the lines of a response."""
-    event, data = "message", list[str]()
+def _events(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any], str | None]]:
+    """Server-sent events (event name, JSON data, id) from the lines of a response."""
+    event, data, event_id = "message", list[str](), None
     for line in lines:
         if line == "":
             if data:
-                yield event, json.loads("\n".join(data))
-            event, data = "message", list[str]()
+                yield event, json.loads("\n".join(data)), event_id
+            event, data, event_id = "message", list[str](), None
         elif line.startswith("event:"):
             event = line[6:].strip()
+        elif line.startswith("id:"):
+            event_id = line[3:].strip()
         elif line.startswith("data:"):
             data.append(line[5:].removeprefix(" "))
 
@@ -156,7 +166,7 @@ class Service:
                 if response.is_error:
                     response.read()
                     raise _problem(response)
-                for event, data in _events(response.iter_lines()):
+                for event, data, _ in _events(response.iter_lines()):
                     if event == "done":
                         return data
                     if event == "error":
@@ -167,6 +177,22 @@ class Service:
         except httpx.TransportError as error:
             raise ChatError(f"Lost the connection to {self.http.base_url}.") from error
         raise ChatError("The answer ended early; the message is stored, see /sessions.")
+
+    def events(
+        self, last_event_id: str | None, on_open: Callable[[], None]
+    ) -> Iterator[tuple[str, dict[str, Any], str | None]]:
+        """The user's events (type, CloudEvent, id) until the stream ends; after
+        `last_event_id` when given, so none is lost across a reconnect."""
+        headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
+        timeout = httpx.Timeout(10.0, read=EVENTS_READ_TIMEOUT_S)
+        with self.http.stream(
+            "GET", f"{self.root}/events", headers=headers, timeout=timeout
+        ) as response:
+            if response.is_error:
+                response.read()
+                raise _problem(response)
+            on_open()
+            yield from _events(response.iter_lines())
 
     def tasks(self) -> dict[str, Any]:
         params = {"limit": 100, "top_level": "true"}
@@ -213,6 +239,11 @@ def activity(call: dict[str, Any], result: dict[str, Any] | None) -> str:
     return f"Used {call.get('name')}"
 
 
+def _local(value: str | None) -> str:
+    """A time from the service in this machine's timezone: "2025-03-04 09:30"."""
+    return datetime.fromisoformat(value).astimezone().strftime("%Y-%m-%d %H:%M") if value else ""
+
+
 class Chat:
     """One person's conversation: what is sent, and what is shown where."""
 
@@ -221,6 +252,13 @@ class Chat:
         self.session_id = session_id
         self.out = out  # the answers
         self.info = info  # everything around them
+        # Held while a command runs: a reminder waits for the answer's end, never cuts it.
+        self.lock = threading.Lock()
+
+    def notify(self, text: Text) -> None:
+        """Print something that happened meanwhile (from another thread)."""
+        with self.lock:
+            self.info.print(text)
 
     def send(self, message: str) -> None:
         calls: dict[str, dict[str, Any]] = {}
@@ -253,13 +291,31 @@ class Chat:
             self.info.print("No tasks yet.")
             return
         table = Table(
-            "#", "task", "steps", "due", "priority", "done", title=f"your tasks ({page['count']})"
+            "#",
+            "task",
+            "steps",
+            "due",
+            "repeats",
+            "reminder",
+            "priority",
+            "done",
+            title=f"your tasks ({page['count']}; times are local)",
         )
 
         def row(task: dict[str, Any], title: Text, steps: str = "") -> None:
-            due = (task["due_at"] or "")[:16].replace("T", " ")
-            done = "✓" if task["completed"] else ""
-            table.add_row(str(task["number"]), title, steps, due, task["priority"], done)
+            reminder = "" if task["completed"] else _local(task["remind_at"])
+            if reminder and task["reminded_at"]:
+                reminder += " ✓"  # it has fired
+            table.add_row(
+                str(task["number"]),
+                title,
+                steps,
+                _local(task["due_at"]),
+                Text(task["recurrence_text"] or ""),
+                reminder,
+                task["priority"],
+                "✓" if task["completed"] else "",
+            )
 
         for task in page["data"]:
             if not task["steps_total"]:
@@ -328,6 +384,57 @@ class Chat:
         return True
 
 
+class Reminders(threading.Thread):
+    """Follows the user's events while the chat is open and tells of reminders as they
+    fire. After a drop it reconnects with growing pauses, resuming after the last event
+    seen, so a reminder that fired meanwhile still shows."""
+
+    def __init__(self, service: Service, chat: Chat) -> None:
+        super().__init__(name="reminders", daemon=True)
+        self.service = service
+        self.chat = chat
+        self.stopping = threading.Event()
+        self.last_event_id: str | None = None
+        self.connected_once = False
+
+    def run(self) -> None:
+        delay = RECONNECT_FIRST_S
+
+        def opened() -> None:
+            nonlocal delay
+            delay = RECONNECT_FIRST_S
+            if not self.connected_once:
+                self.connected_once = True
+                self.chat.notify(Text("(reminders show here as they fire)", style="dim"))
+
+        while not self.stopping.is_set():
+            try:
+                for event, data, event_id in self.service.events(self.last_event_id, opened):
+                    self.last_event_id = event_id or self.last_event_id
+                    if event == "reminder.due":
+                        self.chat.notify(self.line(data["data"]))
+            except ChatError as error:  # refused (an expired token): the chat says so itself
+                self.chat.notify(Text(f"reminders stopped: {error}", style="red"))
+                return
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass  # dropped, or a frame it cannot read: connect again
+            self.stopping.wait(delay)
+            delay = min(delay * 2, RECONNECT_MAX_S)
+
+    @staticmethod
+    def line(data: dict[str, Any]) -> Text:
+        task = data["task"]
+        late = " (while the service was down)" if data.get("late") else ""
+        return Text.assemble(
+            ("⏰ Reminder: ", "bold yellow"),
+            task["title"],
+            (f" (task {task['number']}){late}", "dim"),
+        )
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+
 def _lines(interactive: bool) -> Iterator[str]:
     if not interactive:
         yield from (line.rstrip("\n") for line in sys.stdin)
@@ -361,11 +468,23 @@ def run(args: argparse.Namespace) -> None:
         return
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
     info.print(Text(f"todo-agent at {args.url} as {who.name} ({who.user_id}).  {HELP}"))
-    for line in _lines(interactive):
-        if not interactive and line.strip():
-            info.print(Text(f"you> {line}", style="bold"))
-        try:
-            if not chat.handle(line):
-                break
-        except ChatError as error:
-            info.print(Text(f"error: {error}", style="red"))
+    reminders = Reminders(service, chat)
+    # At a terminal, what another thread prints goes above the prompt, not into it.
+    with _above_the_prompt() if interactive else contextlib.nullcontext():
+        reminders.start()
+        for line in _lines(interactive):
+            with chat.lock:
+                if not interactive and line.strip():
+                    info.print(Text(f"you> {line}", style="bold"))
+                try:
+                    if not chat.handle(line):
+                        break
+                except ChatError as error:
+                    info.print(Text(f"error: {error}", style="red"))
+    reminders.stop()
+
+
+def _above_the_prompt() -> contextlib.AbstractContextManager[None]:
+    from prompt_toolkit.patch_stdout import patch_stdout
+
+    return patch_stdout(raw=True)  # raw: rich's colours pass through

@@ -1,10 +1,16 @@
 """`todo-agent chat` as a person or a script uses it: a subprocess against a real server."""
 
+import contextlib
 import os
+import queue
 import subprocess
+import threading
+import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
@@ -12,7 +18,7 @@ import pytest
 from backend.services.dev_sign_in import dev_user_id
 from tests.conftest import TEST_SECRET, auth, server_env, token_for
 from tests.fake_openai import FakeOpenAI, call, reply, tool_calls
-from tests.servers import TODO_AGENT, ServerProcess
+from tests.servers import TODO_AGENT, ServerProcess, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +28,12 @@ def server(
     engine: object,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ServerProcess]:
-    env = server_env(database_url, fake_openai_server, OPENAI_MAX_RETRIES="0")
+    env = server_env(
+        database_url,
+        fake_openai_server,
+        OPENAI_MAX_RETRIES="0",
+        REMINDER_POLL_S="0.2",  # a reminder a second ahead fires within the test's wait
+    )
     with ServerProcess(env, log=tmp_path_factory.mktemp("chat-cli") / "serve.log") as process:
         yield process
 
@@ -33,26 +44,84 @@ def name() -> str:
     return f"Chat Tester {uuid.uuid4().hex[:8]}"
 
 
+WORKDIR = Path(os.environ.get("TMPDIR", "/tmp"))
+
+
+def _environment(env: dict[str, str] | None) -> dict[str, str]:
+    """Only the environment given: no secret or token of this machine leaks in."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("JWT_", "TODO_AGENT_"))}
+    return {
+        **clean,
+        "TODO_AGENT_DATA_DIR": str(WORKDIR / "nowhere"),
+        "COLUMNS": "160",  # tables as wide as a real terminal's, not a pipe's 80
+        **(env or {}),
+    }
+
+
 def chat(
     server: ServerProcess, *args: str, stdin: str = "", env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """`todo-agent chat --url ...` in an empty directory, with only the environment given."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("JWT_", "TODO_AGENT_"))}
-    workdir = Path(os.environ.get("TMPDIR", "/tmp"))
     return subprocess.run(
         [TODO_AGENT, "chat", "--url", server.url, *args],
         input=stdin,
-        env={
-            **clean,
-            "TODO_AGENT_DATA_DIR": str(workdir / "nowhere"),
-            "COLUMNS": "160",  # tables as wide as a real terminal's, not a pipe's 80
-            **(env or {}),
-        },
-        cwd=workdir,
+        env=_environment(env),
+        cwd=WORKDIR,
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+class OpenChat:
+    """`todo-agent chat` left open, as a person leaves it: stdin stays open, stdout is read
+    line by line as it comes."""
+
+    def __init__(self, server: ServerProcess, env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [TODO_AGENT, "chat", "--url", server.url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=_environment(env),
+            cwd=WORKDIR,
+            text=True,
+        )
+        self.seen: list[str] = []
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._lines.put(line.rstrip("\n"))
+
+    def wait_for(self, text: str, timeout_s: float = 10) -> str:
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self._lines.get(timeout=left)
+            except queue.Empty:
+                break
+            self.seen.append(line)
+            if text in line:
+                return line
+        raise AssertionError(f"{text!r} not printed within {timeout_s} s: {self.seen}")
+
+    def say(self, line: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+
+    def close(self) -> int:
+        if self.process.poll() is None:
+            with contextlib.suppress(BrokenPipeError):
+                self.say("/quit")
+        try:
+            return self.process.wait(timeout=10)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
 
 
 def test_one_message_prints_the_streamed_answer_and_exits(
@@ -190,3 +259,54 @@ def test_a_past_session_goes_on_with_session_or_open(
         "Second question",
         "Third question",
     ]
+
+
+def test_tasks_show_a_repeating_task_s_rule_and_its_reminder_in_local_time(
+    server: ServerProcess, name: str
+) -> None:
+    user = dev_user_id(name)
+    api = httpx.Client(base_url=f"{server.url}/api/{user}", headers=auth(user))
+    remind = datetime.now(UTC).replace(microsecond=0) + timedelta(days=1)
+    task = {"title": "Team sync", "recurrence": "FREQ=WEEKLY;BYDAY=MO"}
+    created = api.post("/tasks", json={**task, "remind_at": remind.isoformat()})
+    assert created.status_code == 201, created.text
+
+    token = token_for(user, name=name)
+    env = {"TODO_AGENT_TOKEN": token, "TZ": "Europe/Berlin"}
+    done = chat(server, stdin="/tasks\n/quit\n", env=env)
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if "Team sync" in line)
+    assert "every Monday" in row
+    local = remind.astimezone(ZoneInfo("Europe/Berlin")).strftime("%Y-%m-%d %H:%M")
+    assert local in row  # the reminder, in the terminal's own time
+
+
+def test_an_open_chat_prints_a_reminder_as_it_fires(server: ServerProcess, name: str) -> None:
+    user = dev_user_id(name)
+    session = OpenChat(server, env={"TODO_AGENT_TOKEN": token_for(user, name=name)})
+    try:
+        session.wait_for("reminders show here as they fire")  # following the events
+        soon = datetime.now(UTC) + timedelta(seconds=1.5)
+        task = {"title": "Take the <b>cake</b> out", "remind_at": soon.isoformat()}
+        created = httpx.post(f"{server.url}/api/{user}/tasks", json=task, headers=auth(user))
+        assert created.status_code == 201, created.text
+        line = session.wait_for("⏰ Reminder:")
+        assert "⏰ Reminder: Take the <b>cake</b> out (task 1)" in line
+
+        session.say("/tasks")  # the chat goes on as before
+        session.wait_for("Take the <b>cake</b> out")
+    finally:
+        assert session.close() == 0, session.seen
+
+
+def test_user_alice_is_the_user_alice_of_todo_agent_token(server: ServerProcess) -> None:
+    minted = run_cli("token", "alice", env={"JWT_SECRET": TEST_SECRET})
+    assert minted.returncode == 0, minted.stderr
+    headers = {"Authorization": f"Bearer {minted.stdout.strip()}"}
+    made = httpx.post(f"{server.url}/api/alice/tasks", json={"title": "Feed Bob"}, headers=headers)
+    assert made.status_code == 201, made.text
+
+    done = chat(server, "--user", "alice", stdin="/tasks\n", env={"JWT_SECRET": TEST_SECRET})
+    assert done.returncode == 0, done.stderr
+    assert "as alice (alice)" in done.stdout
+    assert "Feed Bob" in done.stdout.split("you> /tasks", 1)[1]

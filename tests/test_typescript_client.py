@@ -18,6 +18,8 @@ README_FILES = [
     "nextjs/lib/chat-transport.ts",
     "nextjs/lib/todo-agent.ts",
     "nextjs/app/todo-chat.tsx",
+    "nextjs/app/api/todo-agent-webhook/route.ts",
+    "nextjs/lib/use-task-events.ts",
 ]
 
 

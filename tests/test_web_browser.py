@@ -8,9 +8,10 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
@@ -26,6 +27,7 @@ from tests.fake_openai import FakeOpenAI, call, error, reply, tool_calls
 from tests.servers import ServerProcess, free_port
 
 RATE_LIMIT = 6
+BERLIN = ZoneInfo("Europe/Berlin")  # the browser's timezone in these tests
 SHOTS = ARTIFACTS / "web"
 
 
@@ -82,6 +84,7 @@ def server(
         CHAT_RATE_LIMIT_PER_MINUTE=str(RATE_LIMIT),
         CORS_ORIGINS=origins[0],
         AGENT_MODELS="gpt-4o-mini,gpt-4.1",
+        REMINDER_POLL_S="0.2",  # a reminder a second ahead fires within the test's wait
     )
     del env["JWT_SECRET"]
     with ServerProcess(env, log=data / "serve.log") as process:
@@ -500,3 +503,196 @@ async def test_signing_in_with_a_bearer_token_and_out_again(
         await page.screenshot(path=SHOTS / "sign-in.png")
     finally:
         await context.close()
+
+
+# ---------------------------------------------------------------- live: events, reminders, time
+
+# A stand-in for the browser's Notification API that records what the page does with it:
+# headless Chromium shows nothing, and a test must see that permission is asked only on a
+# click.
+RECORD_NOTIFICATIONS = """(() => {
+    const record = { asked: 0, shown: [] };
+    window.__notifications = record;
+    class Recorded {
+        static permission = "default";
+        static async requestPermission() {
+            record.asked += 1;
+            Recorded.permission = "granted";
+            return "granted";
+        }
+        constructor(title, options) {
+            record.shown.push({ title, body: options?.body });
+        }
+    }
+    window.Notification = Recorded;
+})();"""
+
+
+async def _second_tab(person: Person) -> Person:
+    """The same person in another tab (a tab of its own: sessionStorage is per tab)."""
+    other = Person(await person.page.context.new_page(), person.server, person.name)
+    await other.sign_in()
+    return other
+
+
+async def test_the_task_list_follows_changes_made_in_another_tab_or_through_the_api(
+    person: Person,
+) -> None:
+    other = await _second_tab(person)
+    tasks = other.page.locator("#task-list > li.task")
+    await expect(other.page.locator("#task-list")).to_contain_text("No tasks here yet.")
+
+    # Made through the API: the other tab shows it without a reload.
+    assert (await person.api("POST", "/tasks", json={"title": "Call mom"})).status_code == 201
+    await expect(tasks.locator(".title")).to_have_text(["Call mom"])
+
+    # Someone typing in the list keeps their place and their words through a live redraw.
+    await other.page.get_by_role("button", name="Add steps to task 1: Call mom").click()
+    step_box = other.page.get_by_label("New step for task 1")
+    await step_box.fill("Ask about the")
+    assert (await person.api("POST", "/tasks", json={"title": "Pay bills"})).status_code == 201
+    await expect(tasks).to_have_count(2)
+    await expect(step_box).to_be_focused()
+    await expect(step_box).to_have_value("Ask about the")
+
+    # Made in one tab: the other follows.
+    await expect(person.page.locator("#task-list > li.task")).to_have_count(2)
+    await person.page.get_by_label("Complete task 1: Call mom").check()
+    await expect(tasks.first).to_have_class(re.compile(r"\bdone\b"))
+    await person.page.get_by_role("button", name="Delete task 2: Pay bills").click()
+    await expect(tasks).to_have_count(1)
+    await expect(other.page.locator("#task-count")).to_have_text("(1)")
+
+    # A drop (the server crashes and comes back): the page reconnects by itself, sending
+    # the id of the last event it saw, and what happened meanwhile arrives.
+    resumed: list[str | None] = []
+    other.page.on(
+        "request",
+        lambda r: (
+            resumed.append(r.headers.get("last-event-id")) if r.url.endswith("/events") else None
+        ),
+    )
+    seen = await person.api("GET", "/tasks", params={"limit": 1})  # the server is up
+    assert seen.status_code == 200
+    person.server.kill()
+    person.server.start()
+    assert (await person.api("POST", "/tasks", json={"title": "Book dentist"})).status_code == 201
+    await expect(tasks.locator(".title")).to_have_text(["Call mom", "Book dentist"], timeout=20_000)
+    assert resumed, "the page did not reconnect"
+    assert all(header and header.isdigit() for header in resumed), resumed
+    await other.shot("live-second-tab")
+
+
+async def test_a_reminder_shows_in_the_live_region_and_as_a_notification_once_allowed(
+    person: Person,
+) -> None:
+    page = person.page
+    await page.context.add_init_script(RECORD_NOTIFICATIONS)
+    await page.reload()
+    await expect(page.locator("#who-name")).to_have_text(person.name)
+    assert await page.evaluate("window.__notifications.asked") == 0  # never asked on load
+
+    await page.get_by_role("button", name="Settings").click()
+    dialog = page.get_by_role("dialog", name="Settings")
+    await dialog.get_by_role("button", name="Enable notifications").click()
+    await expect(dialog).to_contain_text("as browser notifications")
+    await expect(dialog.get_by_role("button", name="Enable notifications")).to_be_hidden()
+    assert await page.evaluate("window.__notifications.asked") == 1
+    await page.keyboard.press("Escape")
+
+    soon = (datetime.now(UTC) + timedelta(seconds=1.5)).isoformat()
+    task = {"title": "Take the <b>cake</b> out", "remind_at": soon}
+    assert (await person.api("POST", "/tasks", json=task)).status_code == 201
+    await expect(page.locator("#task-list .remind")).to_contain_text("Reminder")
+
+    notices = page.locator("#notices")
+    await expect(notices).to_have_attribute("role", "status")
+    await expect(notices).to_have_attribute("aria-live", "polite")
+    await expect(notices.get_by_text("⏰ Reminder: Take the <b>cake</b> out")).to_be_visible(
+        timeout=10_000
+    )
+    await expect(page.locator("#task-list .remind")).to_contain_text("Reminded")
+    shown = await page.evaluate("window.__notifications.shown")
+    assert shown == [{"title": "Reminder", "body": "Take the <b>cake</b> out"}]
+    await person.shot("reminder-notice")
+
+    await notices.get_by_role("button", name=re.compile("^Dismiss")).click()
+    await expect(notices.locator(".notice-item")).to_have_count(0)
+
+
+async def test_the_editor_sets_a_repeat_and_a_reminder_and_completing_shows_the_next(
+    person: Person,
+) -> None:
+    page = person.page
+    tomorrow = (datetime.now(BERLIN) + timedelta(days=1)).date()
+    due_at = datetime.combine(tomorrow, time(18), BERLIN)
+    due = {"title": "Water the plants", "due_at": due_at.astimezone(UTC).isoformat()}
+    assert (await person.api("POST", "/tasks", json=due)).status_code == 201
+    await page.get_by_role("button", name="Edit task 1: Water the plants").click()
+    editor = page.get_by_role("dialog", name="Edit task 1")
+    await expect(editor.get_by_label("Due")).to_have_value(
+        f"{tomorrow}T18:00"
+    )  # the browser's time
+
+    # A rule the service does not take: its reason is shown and nothing changes.
+    await editor.get_by_label("Repeat").select_option("custom")
+    await editor.get_by_label("Custom rule (RRULE)").fill("FREQ=HOURLY")
+    await editor.get_by_role("button", name="Save").click()
+    await expect(editor.get_by_role("alert")).to_contain_text("FREQ")
+
+    weekday = tomorrow.strftime("%A")
+    await editor.get_by_label("Repeat").select_option(label=f"Every week on {weekday}")
+    await editor.get_by_label("Remind me at").fill(f"{tomorrow}T17:30")
+    await editor.get_by_role("button", name="Save").click()
+    await expect(editor).to_be_hidden()
+    await expect(page.get_by_role("button", name="Edit task 1: Water the plants")).to_be_focused()
+
+    task = page.locator("#task-list > li.task")
+    await expect(task.locator(".repeat")).to_have_text(f"↻ every {weekday}")
+    await expect(task.locator(".remind")).to_contain_text("Reminder")
+    await expect(task.locator(".remind")).to_contain_text("5:30 PM")  # en-US, Berlin time
+    await person.shot("repeat-and-reminder")
+    stored = (await person.api("GET", "/tasks/1")).json()
+    assert stored["recurrence"] == f"FREQ=WEEKLY;BYDAY={weekday[:2].upper()}"
+    reminder = datetime.fromisoformat(stored["remind_at"])
+    assert reminder == datetime.combine(tomorrow, time(17, 30), BERLIN)
+
+    # Opened again, the editor shows what is set; clearing the repeat stops the series.
+    await page.get_by_role("button", name="Edit task 1: Water the plants").click()
+    await expect(editor.get_by_label("Repeat")).to_have_value("weekly")
+    await expect(editor.get_by_label("Remind me at")).to_have_value(f"{tomorrow}T17:30")
+    await editor.get_by_role("button", name="Cancel").click()
+
+    await page.get_by_label("Complete task 1: Water the plants").check()
+    next_week = tomorrow + timedelta(days=7)
+    notices = page.locator("#notices")
+    await expect(notices).to_contain_text("Next: task 2: Water the plants")
+    await expect(page.locator("#task-list > li.task")).to_have_count(2)
+    upcoming = page.locator("#task-list > li.task", has_text="Water the plants").filter(
+        has=page.get_by_label("Complete task 2: Water the plants")
+    )
+    await expect(upcoming.locator(".repeat")).to_have_text(f"↻ every {weekday}")
+    following = datetime.fromisoformat((await person.api("GET", "/tasks/2")).json()["due_at"])
+    assert following == datetime.combine(next_week, time(18), BERLIN)
+
+
+async def test_the_settings_offer_a_calendar_feed_url_and_revoke_it(person: Person) -> None:
+    page = person.page
+    await page.get_by_role("button", name="Settings").click()
+    dialog = page.get_by_role("dialog", name="Settings")
+    url_box = dialog.get_by_label("Calendar feed URL")
+    await expect(url_box).to_be_hidden()
+    await dialog.get_by_role("button", name="Create calendar link").click()
+    await expect(url_box).to_have_value(re.compile(r"^http://127\.0\.0\.1:\d+/calendar/.+\.ics$"))
+    await expect(dialog.get_by_role("status")).to_contain_text("Calendar link ready")
+    await person.shot("settings-calendar")
+    url = await url_box.input_value()
+    async with httpx.AsyncClient(timeout=10) as client:
+        feed = await client.get(url)
+        assert feed.status_code == 200
+        assert feed.headers["content-type"].startswith("text/calendar")
+
+        await dialog.get_by_role("button", name="Revoke link").click()
+        await expect(url_box).to_be_hidden()
+        await expect(dialog.get_by_role("status")).to_contain_text("revoked")
+        assert (await client.get(url)).status_code == 404

@@ -1,7 +1,8 @@
 """Development sign-in: a token for a name, signed with the secret this dev server made.
 
 The web page (`POST /dev/token`) and `todo-agent chat --user NAME` both use it, so the same
-name is the same user in either."""
+name is the same user in either; and a name that is already a plain id (`alice`) is that id,
+the user `todo-agent token alice` signs in as."""
 
 import hashlib
 import re
@@ -15,11 +16,12 @@ _NOT_SLUG = re.compile(r"[^a-z0-9]+")
 
 
 def dev_user_id(name: str) -> str:
-    """A stable, URL-safe user id for a name: "Ada Lovelace" -> "dev-ada-lovelace"."""
+    """A stable, URL-safe user id for a name: "alice" -> "alice", "Ada Lovelace" ->
+    "ada-lovelace"."""
     slug = _NOT_SLUG.sub("-", name.strip().casefold()).strip("-")[:64]
     if not slug:  # a name with no ASCII letters or digits still gets an id of its own
         slug = hashlib.sha256(name.strip().encode()).hexdigest()[:16]
-    return f"dev-{slug}"
+    return slug
 
 
 @dataclass(frozen=True, slots=True)

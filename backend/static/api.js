@@ -54,7 +54,7 @@ export async function devToken(name, base = "") {
   return response.json();
 }
 
-/** Server-sent events from a fetch response: calls onEvent(name, data) for each. */
+/** Server-sent events from a fetch response: calls onEvent(name, data, id) for each. */
 async function readEvents(response, onEvent) {
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
@@ -67,13 +67,15 @@ async function readEvents(response, onEvent) {
       const frame = buffer.slice(0, end);
       buffer = buffer.slice(end + 2);
       let event = "message";
+      let id = null;
       const data = [];
       for (const line of frame.split("\n")) {
         if (line.startsWith(":")) continue; // keep-alive comment
         if (line.startsWith("event:")) event = line.slice(6).trim();
+        else if (line.startsWith("id:")) id = line.slice(3).trim();
         else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
       }
-      if (data.length) onEvent(event, JSON.parse(data.join("\n")));
+      if (data.length) onEvent(event, JSON.parse(data.join("\n")), id);
     }
   }
 }
@@ -130,6 +132,20 @@ export class Api {
     return answer;
   }
 
+  /**
+   * Follow the user's events (task changes, reminders) until the stream ends or `signal`
+   * aborts. EventSource cannot send the bearer token, hence fetch and a stream reader.
+   * `lastEventId` resumes after that event: the service replays what was missed.
+   * Calls onOpen() once connected and onEvent(type, cloudEvent, id) for each event.
+   */
+  async events({ lastEventId, signal, onOpen }, onEvent) {
+    const headers = { Authorization: `Bearer ${this.token}`, Accept: "text/event-stream" };
+    if (lastEventId) headers["Last-Event-ID"] = lastEventId;
+    const response = await send(`${this.root}/events`, { headers, signal, cache: "no-store" });
+    onOpen?.();
+    await readEvents(response, onEvent);
+  }
+
   tasks(status = "all") {
     return this.json(`/tasks?status=${encodeURIComponent(status)}&top_level=true&limit=100`);
   }
@@ -140,6 +156,11 @@ export class Api {
   addStep(parentId, title) {
     return this.json("/tasks", { method: "POST", body: { title, parent_id: parentId } });
   }
+  /** Change the fields given; `null` clears one (recurrence: null stops the series). */
+  updateTask(id, changes) {
+    return this.json(`/tasks/${id}`, { method: "PATCH", body: changes });
+  }
+  /** Answers the task, and `next` when it was an occurrence of a repeating task. */
   completeTask(id, completed) {
     return this.json(`/tasks/${id}/complete`, { method: "PATCH", body: { completed } });
   }
@@ -152,6 +173,14 @@ export class Api {
   }
   updateSettings(changes) {
     return this.json("/settings", { method: "PATCH", body: changes });
+  }
+
+  /** A secret calendar (iCalendar) feed URL; asking again replaces the old one. */
+  createCalendarFeed() {
+    return this.json("/calendar", { method: "POST" });
+  }
+  revokeCalendarFeed() {
+    return this.json("/calendar", { method: "DELETE" });
   }
 
   sessions(cursor) {

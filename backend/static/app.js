@@ -15,6 +15,9 @@ const state = {
   retryTimer: null,
   expanded: new Set(), // ids of tasks whose steps are shown
   refocus: null, // a selector in the task list to focus once it is drawn again
+  draft: null, // {key, value}: what was typed in a box of the task list, kept across a redraw
+  live: null, // the event stream: {controller, lastEventId}
+  editing: null, // the task in the editor
 };
 
 function el(tag, { className, text, attrs } = {}, children = []) {
@@ -91,7 +94,9 @@ function clearError() {
 // ---------------------------------------------------------------- sign-in
 
 function signOut(reason = "") {
+  stopFollowing();
   if ($("#settings").open) $("#settings").close();
+  if ($("#task-editor").open) $("#task-editor").close();
   sessionStorage.removeItem(STORAGE_KEY);
   state.api = null;
   state.user = null;
@@ -120,6 +125,7 @@ function signIn({ token, userId, name }) {
   state.owner = userId;
   refreshTasks();
   refreshSessions();
+  follow();
   $("#message").focus();
 }
 
@@ -304,21 +310,39 @@ function dueLabel(task) {
   return (endOfDay ? dateOnly : dateTime).format(due);
 }
 
+const WEEKDAYS = ["SU", "MO", "TU", "WE", "TH", "FR", "SA"];
+const weekdayName = new Intl.DateTimeFormat(undefined, { weekday: "long" });
+
+/** A selector for one control of one task, stable across redraws. */
+const focusKey = (task, part) => `[data-focus="${CSS.escape(`${task.id}:${part}`)}"]`;
+
 function taskItem(task, { step = false } = {}) {
   const overdue = !task.completed && task.due_at && new Date(task.due_at) < new Date();
   const kind = step ? "step" : "task";
   const check = el("input", {
-    attrs: { type: "checkbox", "aria-label": `${task.completed ? "Reopen" : "Complete"} ${kind} ${task.number}: ${task.title}` },
+    attrs: {
+      type: "checkbox",
+      "aria-label": `${task.completed ? "Reopen" : "Complete"} ${kind} ${task.number}: ${task.title}`,
+      "data-focus": `${task.id}:check`,
+    },
   });
   check.checked = task.completed;
   check.addEventListener("change", () => {
-    state.refocus = `[data-id="${CSS.escape(task.id)}"] > .row input[type="checkbox"]`; // keep the keyboard's place
-    changeTask(() => state.api.completeTask(task.id, check.checked));
+    state.refocus = focusKey(task, "check"); // keep the keyboard's place
+    changeTask(async () => {
+      const changed = await state.api.completeTask(task.id, check.checked);
+      if (changed.next) announceNext(changed.next);
+    });
   });
   const remove = el("button", {
     className: "icon delete",
     text: "✕",
-    attrs: { type: "button", "aria-label": `Delete ${kind} ${task.number}: ${task.title}`, title: "Delete" },
+    attrs: {
+      type: "button",
+      "aria-label": `Delete ${kind} ${task.number}: ${task.title}`,
+      title: "Delete",
+      "data-focus": `${task.id}:delete`,
+    },
   });
   remove.addEventListener("click", () => changeTask(() => state.api.deleteTask(task.id)));
   const meta = el("div", { className: "meta" });
@@ -328,12 +352,26 @@ function taskItem(task, { step = false } = {}) {
   if (task.priority !== "medium") meta.append(el("span", { className: `badge priority ${task.priority}`, text: task.priority }));
   const due = dueLabel(task);
   if (due) meta.append(el("span", { className: "due", text: `${overdue ? "Overdue · " : "Due "}${due}` }));
+  if (task.recurrence_text) {
+    meta.append(el("span", { className: "repeat", attrs: { title: "Repeats" } }, [
+      el("span", { text: "↻ ", attrs: { "aria-hidden": "true" } }),
+      task.recurrence_text,
+    ]));
+  }
+  if (task.remind_at && !task.completed) {
+    const fired = Boolean(task.reminded_at);
+    meta.append(el("span", {
+      className: fired ? "remind fired" : "remind",
+      text: `${fired ? "Reminded" : "Reminder"} ${dateTime.format(new Date(task.remind_at))}`,
+      attrs: { title: fired ? "The reminder has fired" : "A reminder shows on this page then" },
+    }));
+  }
   for (const tag of task.tags ?? []) meta.append(el("span", { className: "tag", text: `#${tag}` }));
   const title = el("span", { className: "title", text: task.title });
   const number = el("span", { className: "number", text: `${task.number}` });
   const body = el("div", { className: "body" }, [el("div", {}, [number, title]), meta]);
   const row = el("div", { className: "row" }, [check, body]);
-  if (!step) row.append(expander(task));
+  if (!step) row.append(expander(task), editButton(task));
   row.append(remove);
   const item = el("li", { className: step ? "task step" : "task", attrs: { "data-id": task.id } }, [row]);
   item.classList.toggle("done", task.completed);
@@ -353,14 +391,31 @@ function expander(task) {
       "aria-expanded": String(open),
       "aria-label": `${task.steps_total ? "Steps of" : "Add steps to"} task ${task.number}: ${task.title}`,
       title: task.steps_total ? "Steps" : "Add steps",
+      "data-focus": `${task.id}:expand`,
     },
   });
   button.addEventListener("click", () => {
     if (state.expanded.has(task.id)) state.expanded.delete(task.id);
     else state.expanded.add(task.id);
-    state.refocus = `[data-id="${CSS.escape(task.id)}"] .expand`; // keep the keyboard's place
+    state.refocus = focusKey(task, "expand"); // keep the keyboard's place
     refreshTasks();
   });
+  return button;
+}
+
+function editButton(task) {
+  const button = el("button", {
+    className: "icon edit",
+    text: "✎",
+    attrs: {
+      type: "button",
+      "aria-haspopup": "dialog",
+      "aria-label": `Edit task ${task.number}: ${task.title}`,
+      title: "Edit, repeat, remind",
+      "data-focus": `${task.id}:edit`,
+    },
+  });
+  button.addEventListener("click", () => openEditor(task));
   return button;
 }
 
@@ -373,12 +428,19 @@ async function showSteps(item, task) {
   } catch (error) {
     showError(error);
   }
-  const input = el("input", { attrs: { "aria-label": `New step for task ${task.number}`, placeholder: "Add a step", maxlength: "200" } });
+  const input = el("input", {
+    attrs: {
+      "aria-label": `New step for task ${task.number}`,
+      placeholder: "Add a step",
+      maxlength: "200",
+      "data-focus": `${task.id}:add-step`,
+    },
+  });
   const form = el("form", { className: "add-step" }, [input, el("button", { text: "Add", attrs: { type: "submit" } })]);
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     if (!input.value.trim()) return;
-    state.refocus = `[data-id="${CSS.escape(task.id)}"] .add-step input`; // ready for the next step
+    state.refocus = focusKey(task, "add-step"); // ready for the next step
     changeTask(() => state.api.addStep(task.id, input.value.trim()));
   });
   item.append(form);
@@ -391,8 +453,19 @@ function focusPending(container) {
   if (document.activeElement && document.activeElement !== document.body) state.refocus = null;
   const target = state.refocus && container.querySelector(state.refocus);
   if (!target) return;
+  if (state.draft?.key === target.dataset.focus) target.value = state.draft.value;
   target.focus();
   state.refocus = null;
+  state.draft = null;
+}
+
+/** Before a redraw: remember which control of the list has focus (and what it holds). */
+function keepFocus(list) {
+  const focused = document.activeElement;
+  if (state.refocus || !focused?.dataset.focus || !list.contains(focused)) return;
+  state.refocus = `[data-focus="${CSS.escape(focused.dataset.focus)}"]`;
+  const typed = focused.tagName === "INPUT" && focused.type !== "checkbox";
+  state.draft = typed ? { key: focused.dataset.focus, value: focused.value } : null;
 }
 
 let tasksRequest = 0;
@@ -403,6 +476,7 @@ async function refreshTasks() {
     const page = await state.api.tasks($("#task-filter").value);
     if (ticket !== tasksRequest) return;
     const list = $("#task-list");
+    keepFocus(list); // a redraw from elsewhere (the event stream) keeps the keyboard's place
     list.replaceChildren(...page.data.map((task) => taskItem(task)));
     if (!page.data.length) list.append(el("li", { className: "empty", text: "No tasks here yet." }));
     $("#task-count").textContent = `(${page.count})`;
@@ -419,6 +493,216 @@ async function changeTask(change) {
     showError(error);
   }
   refreshTasks();
+}
+
+// ---------------------------------------------------------------- the task editor
+
+/** A Date as the value of a datetime-local input (the browser's local time). */
+function localInput(iso) {
+  if (!iso) return "";
+  const d = new Date(iso);
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
+}
+
+/** A datetime-local value as an absolute time (it is read in the browser's timezone). */
+const fromLocalInput = (value) => (value ? new Date(value).toISOString() : null);
+
+/** The day "every week" repeats on: the due day in the editor, else today. */
+function weeklyRule() {
+  const due = $("#edit-due").value;
+  const day = due ? new Date(due) : new Date();
+  $("#edit-repeat-weekly").textContent = `Every week on ${weekdayName.format(day)}`;
+  return `FREQ=WEEKLY;BYDAY=${WEEKDAYS[day.getDay()]}`;
+}
+
+/** The rule the editor's choice stands for ("" for none). */
+function chosenRule() {
+  const choice = $("#edit-repeat").value;
+  if (choice === "weekly") return weeklyRule();
+  if (choice === "custom") return $("#edit-rule").value.trim().replace(/^RRULE:/i, "");
+  return choice;
+}
+
+function showRuleBox() {
+  $("#edit-rule-box").hidden = $("#edit-repeat").value !== "custom";
+}
+
+function openEditor(task) {
+  state.editing = task;
+  $("#editor-error").hidden = true;
+  $("#editor-title").textContent = `Edit task ${task.number}`;
+  $("#edit-title").value = task.title;
+  $("#edit-due").value = localInput(task.due_at);
+  $("#edit-remind").value = localInput(task.remind_at);
+  const rule = task.recurrence ?? "";
+  const weekly = weeklyRule(); // and names the day in its option
+  const preset = [...$("#edit-repeat").options].some((option) => option.value === rule);
+  const choice = preset ? rule : rule === weekly ? "weekly" : "custom";
+  $("#edit-repeat").value = choice;
+  $("#edit-rule").value = choice === "custom" ? rule : "";
+  showRuleBox();
+  $("#task-editor").showModal();
+  $("#edit-title").focus();
+}
+
+/**
+ * A 422's detail in plain words: a sentence as it is, pydantic's list of problems as the
+ * first problem per field (`labels` names the fields).
+ */
+function inputProblem(error, labels, fallback) {
+  if (!(error instanceof ApiError) || error.status !== 422 || !Array.isArray(error.detail)) return describe(error);
+  const byField = new Map();
+  for (const problem of error.detail) {
+    const field = (problem.loc ?? []).find((part) => part in labels);
+    const label = field ? labels[field] : fallback;
+    // "Value error, ..." is how pydantic prefixes a validator's own message.
+    if (!byField.has(label)) byField.set(label, String(problem.msg).replace(/^Value error, /, ""));
+  }
+  return [...byField].map(([label, msg]) => `${label}: ${msg}.`).join(" ");
+}
+
+const TASK_LABELS = { title: "Title", due_at: "Due", recurrence: "Repeat", remind_at: "Reminder" };
+
+async function onEditorSubmit(event) {
+  event.preventDefault();
+  const task = state.editing;
+  const box = $("#editor-error");
+  box.hidden = true;
+  // Only what changed is sent: an unchanged rule or reminder is left exactly as it was.
+  const changes = {};
+  const title = $("#edit-title").value.trim();
+  if (title !== task.title) changes.title = title;
+  if ($("#edit-due").value !== localInput(task.due_at)) changes.due_at = fromLocalInput($("#edit-due").value);
+  const rule = chosenRule();
+  if (rule !== (task.recurrence ?? "")) changes.recurrence = rule || null;
+  if ($("#edit-remind").value !== localInput(task.remind_at)) {
+    changes.remind_at = fromLocalInput($("#edit-remind").value);
+  }
+  if (!Object.keys(changes).length) {
+    $("#task-editor").close();
+    return;
+  }
+  $("#editor-save").disabled = true;
+  try {
+    await state.api.updateTask(task.id, changes);
+    $("#task-editor").close();
+    refreshTasks();
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 401) {
+      $("#task-editor").close();
+      showError(error);
+      return;
+    }
+    box.textContent = inputProblem(error, TASK_LABELS, "Task");
+    box.hidden = false;
+  } finally {
+    $("#editor-save").disabled = false;
+  }
+}
+
+// ---------------------------------------------------------------- live: events and notices
+
+const NOTICES_KEPT = 5;
+
+/** A line in the live region (read out politely); reminders stay until dismissed. */
+function notice(text, { kind = "info", lingerMs = 10000 } = {}) {
+  const box = $("#notices");
+  const dismiss = el("button", {
+    className: "icon",
+    text: "✕",
+    attrs: { type: "button", "aria-label": `Dismiss: ${text}`, title: "Dismiss" },
+  });
+  const item = el("p", { className: `notice-item ${kind}` }, [el("span", { text }), dismiss]);
+  dismiss.addEventListener("click", () => item.remove());
+  box.append(item);
+  while (box.childElementCount > NOTICES_KEPT) box.firstElementChild.remove();
+  if (lingerMs) setTimeout(() => item.remove(), lingerMs);
+}
+
+function announceNext(next) {
+  const due = dueLabel(next);
+  notice(`Next: task ${next.number}: ${next.title}${due ? `, due ${due}` : ""}`);
+}
+
+function showReminder(data) {
+  const task = data.task;
+  notice(`⏰ Reminder: ${task.title}${data.late ? " (while you were away)" : ""}`, { kind: "reminder", lingerMs: 0 });
+  if (!("Notification" in window) || Notification.permission !== "granted") return;
+  try {
+    // The tag makes a second tab's copy of the same reminder replace this one.
+    new Notification("Reminder", { body: task.title, tag: `reminder-${task.id}` });
+  } catch {
+    // Some browsers only notify from a service worker: the notice on the page remains.
+  }
+}
+
+let refreshTimer = null;
+/** Many events in a burst (a plan and its steps) draw the list once. */
+function refreshSoon() {
+  clearTimeout(refreshTimer);
+  refreshTimer = setTimeout(refreshTasks, 150);
+}
+
+function onLiveEvent(type, event) {
+  if (type === "reminder.due") showReminder(event.data);
+  if (type.startsWith("task.") || type === "reminder.due") refreshSoon();
+}
+
+const pause = (ms, signal) =>
+  new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => (clearTimeout(timer), resolve()), { once: true });
+  });
+
+// Pauses before reconnecting: doubling, with jitter so many tabs do not return at once, up
+// to a few seconds (EventSource itself retries every ~3 s): the list is never stale long.
+const RECONNECT_FIRST_MS = 500;
+const RECONNECT_MAX_MS = 5000;
+
+/**
+ * Follow the event stream while signed in; after a drop, reconnect with growing pauses
+ * and Last-Event-ID, so what happened meanwhile is replayed, none lost.
+ */
+async function follow() {
+  stopFollowing();
+  const api = state.api;
+  const live = { controller: new AbortController(), lastEventId: null };
+  state.live = live;
+  const { signal } = live.controller;
+  let delay = RECONNECT_FIRST_MS;
+  while (!signal.aborted) {
+    try {
+      await api.events(
+        {
+          lastEventId: live.lastEventId,
+          signal,
+          onOpen: () => {
+            delay = RECONNECT_FIRST_MS;
+            refreshSoon(); // whatever changed before the stream was open
+          },
+        },
+        (type, event, id) => {
+          if (id) live.lastEventId = id;
+          onLiveEvent(type, event);
+        },
+      );
+    } catch (error) {
+      if (signal.aborted) return;
+      if (error instanceof ApiError && error.status === 401) {
+        showError(error); // signs out
+        return;
+      }
+      if (error instanceof ApiError && error.status === 422) live.lastEventId = null; // start afresh
+    }
+    await pause(delay * (0.8 + Math.random() * 0.4), signal);
+    delay = Math.min(delay * 2, RECONNECT_MAX_MS);
+  }
+}
+
+function stopFollowing() {
+  state.live?.controller.abort();
+  state.live = null;
 }
 
 // ---------------------------------------------------------------- sessions
@@ -507,28 +791,89 @@ const SETTINGS_LABELS = {
   model: "Model",
 };
 
-/** A 422's detail (pydantic's list of problems) in plain words: the first problem per field. */
-function settingsProblem(error) {
-  if (!(error instanceof ApiError) || error.status !== 422 || !Array.isArray(error.detail)) return describe(error);
-  const byField = new Map();
-  for (const problem of error.detail) {
-    const field = (problem.loc ?? []).find((part) => part in SETTINGS_LABELS);
-    const label = field ? SETTINGS_LABELS[field] : "Settings";
-    // "Value error, ..." is how pydantic prefixes a validator's own message.
-    if (!byField.has(label)) byField.set(label, String(problem.msg).replace(/^Value error, /, ""));
-  }
-  return [...byField].map(([label, msg]) => `${label}: ${msg}.`).join(" ");
-}
-
 function countInstructions() {
   const used = $("#set-instructions").value.length;
   $("#instructions-count").textContent = `${used} of 2000 characters`;
+}
+
+function showNotificationState() {
+  const button = $("#enable-notifications");
+  const text = $("#notifications-state");
+  const supported = "Notification" in window;
+  const permission = supported ? Notification.permission : "unsupported";
+  button.hidden = permission !== "default";
+  text.textContent = {
+    unsupported: "Reminders show on this page while it is open; this browser has no notifications.",
+    granted: "Reminders show on this page and as browser notifications.",
+    denied: "Reminders show on this page; notifications are blocked for this site in the browser's settings.",
+    default: "Reminders show on this page while it is open; the browser can notify you too.",
+  }[permission];
+}
+
+async function enableNotifications() {
+  // Asked only here, on a click: never on load.
+  await Notification.requestPermission();
+  showNotificationState();
+  if ($("#enable-notifications").hidden) $("#notifications-state").focus(); // the button went
+}
+
+function showCalendarUrl(url) {
+  $("#calendar-url").value = url ?? "";
+  $("#calendar-url").hidden = !url;
+  $("#calendar-copy").hidden = !url;
+  $("#calendar-create").textContent = url ? "Make a new calendar link" : "Create calendar link";
+}
+
+async function calendarAction(action) {
+  const box = $("#settings-error");
+  box.hidden = true;
+  try {
+    await action();
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 401) {
+      $("#settings").close();
+      showError(error);
+      return;
+    }
+    $("#settings-status").textContent = "";
+    box.textContent = describe(error);
+    box.hidden = false;
+  }
+}
+
+async function createCalendarFeed() {
+  await calendarAction(async () => {
+    const feed = await state.api.createCalendarFeed();
+    showCalendarUrl(feed.url);
+    $("#settings-status").textContent = "Calendar link ready: add it to your calendar app as a subscription.";
+    $("#calendar-url").focus();
+    $("#calendar-url").select();
+  });
+}
+
+async function revokeCalendarFeed() {
+  await calendarAction(async () => {
+    await state.api.revokeCalendarFeed();
+    showCalendarUrl(null);
+    $("#settings-status").textContent = "Calendar link revoked: it no longer works.";
+  });
+}
+
+async function copyCalendarUrl() {
+  $("#calendar-url").select();
+  try {
+    await navigator.clipboard.writeText($("#calendar-url").value);
+    $("#settings-status").textContent = "Copied.";
+  } catch {
+    $("#settings-status").textContent = "Selected: copy it with Ctrl+C (⌘C).";
+  }
 }
 
 async function openSettings() {
   const dialog = $("#settings");
   $("#settings-error").hidden = true;
   $("#settings-status").textContent = "";
+  showNotificationState();
   try {
     const current = await state.api.settings();
     $("#set-display-name").value = current.display_name ?? "";
@@ -572,7 +917,7 @@ async function onSettingsSubmit(event) {
       return;
     }
     $("#settings-status").textContent = "";
-    box.textContent = settingsProblem(error);
+    box.textContent = inputProblem(error, SETTINGS_LABELS, "Settings");
     box.hidden = false;
   } finally {
     $("#settings-save").disabled = false;
@@ -596,6 +941,18 @@ function start() {
   $("#settings-form").addEventListener("submit", onSettingsSubmit);
   $("#settings-cancel").addEventListener("click", () => $("#settings").close());
   $("#settings").addEventListener("close", () => $("#open-settings").focus());
+  $("#enable-notifications").addEventListener("click", enableNotifications);
+  $("#calendar-create").addEventListener("click", createCalendarFeed);
+  $("#calendar-revoke").addEventListener("click", revokeCalendarFeed);
+  $("#calendar-copy").addEventListener("click", copyCalendarUrl);
+  $("#editor-form").addEventListener("submit", onEditorSubmit);
+  $("#editor-cancel").addEventListener("click", () => $("#task-editor").close());
+  $("#task-editor").addEventListener("close", () => {
+    const back = state.editing && $("#task-list").querySelector(focusKey(state.editing, "edit"));
+    back?.focus();
+  });
+  $("#edit-repeat").addEventListener("change", showRuleBox);
+  $("#edit-due").addEventListener("input", weeklyRule); // "every week on <the due day>"
   $("#set-instructions").addEventListener("input", countInstructions);
   $("#composer").addEventListener("submit", onSend);
   $("#message").addEventListener("keydown", onComposerKey);

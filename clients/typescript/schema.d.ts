@@ -265,7 +265,8 @@ export interface paths {
         head?: never;
         /**
          * Update Task
-         * @description Change the fields sent; `null` clears an optional field.
+         * @description Change the fields sent; `null` clears an optional field. Completing an occurrence of
+         *     a repeating task answers the next one as `next`.
          */
         patch: operations["updateTask"];
         trace?: never;
@@ -286,8 +287,76 @@ export interface paths {
         /**
          * Complete Task
          * @description Set `completed`, or toggle it when no body is sent. Steps are left as they are.
+         *     Completing an occurrence of a repeating task creates the next one, answered as `next`.
          */
         patch: operations["completeTask"];
+        trace?: never;
+    };
+    "/api/{user_id}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Follow Events
+         * @description Follow the user's task changes and reminders as they happen. With Last-Event-ID,
+         *     every retained event after it comes first, none lost or repeated.
+         */
+        get: operations["followEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/{user_id}/calendar": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create Feed
+         * @description A secret URL of the user's dated tasks for calendar apps; calling again rotates it
+         *     (the old URL stops working).
+         */
+        post: operations["createCalendarFeed"];
+        /**
+         * Delete Feed
+         * @description Revoke the calendar feed URL.
+         */
+        delete: operations["deleteCalendarFeed"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/calendar/{secret}.ics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Feed
+         * @description The feed: one VEVENT per pending task with a due date (no bearer token: the secret in
+         *     the URL is the credential).
+         */
+        get: operations["getCalendarFeed"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/api/{user_id}/settings": {
@@ -339,6 +408,14 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** CalendarFeed */
+        CalendarFeed: {
+            /**
+             * Url
+             * @description The secret feed URL for calendar apps.
+             */
+            url: string;
+        };
         /** ChatRequest */
         ChatRequest: {
             /** Message */
@@ -390,6 +467,11 @@ export interface components {
         ErrorResponse: {
             /** Detail */
             detail: string | components["schemas"]["ValidationIssue"][];
+        };
+        /** HTTPValidationError */
+        HTTPValidationError: {
+            /** Detail */
+            detail?: components["schemas"]["ValidationError"][];
         };
         /** Health */
         Health: {
@@ -510,6 +592,82 @@ export interface components {
             /** Next Cursor */
             next_cursor: string | null;
         };
+        /**
+         * TaskChanged
+         * @description A task after a change; when completing it created the next occurrence of a repeating
+         *     task, that one is `next`.
+         */
+        TaskChanged: {
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /** Number */
+            number: number;
+            /** Title */
+            title: string;
+            /** Description */
+            description: string | null;
+            /** Completed */
+            completed: boolean;
+            /** Completed At */
+            completed_at: string | null;
+            /** Due At */
+            due_at: string | null;
+            /**
+             * Priority
+             * @enum {string}
+             */
+            priority: "low" | "medium" | "high";
+            /** Tags */
+            tags: string[];
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+            /** Parent Id */
+            parent_id: string | null;
+            /**
+             * Steps Done
+             * @default 0
+             */
+            steps_done?: number;
+            /**
+             * Steps Total
+             * @default 0
+             */
+            steps_total?: number;
+            /**
+             * Recurrence
+             * @description An RRULE, or null.
+             */
+            recurrence?: string | null;
+            /**
+             * Recurrence Text
+             * @description The rule in English ("every Monday").
+             */
+            recurrence_text?: string | null;
+            /** Remind At */
+            remind_at?: string | null;
+            /**
+             * Reminded At
+             * @description When its reminder fired.
+             */
+            reminded_at?: string | null;
+            /**
+             * Series Id
+             * @description Shared by the occurrences of one repeating task.
+             */
+            series_id?: string | null;
+            next?: components["schemas"]["TaskPublic"] | null;
+        };
         /** TaskCompletion */
         TaskCompletion: {
             /** Completed */
@@ -534,6 +692,16 @@ export interface components {
              * @description ISO 8601 date or date-time; naive values are read in your timezone.
              */
             due_at?: string | null;
+            /**
+             * Recurrence
+             * @description An RFC 5545 RRULE (FREQ=WEEKLY;BYDAY=MO): FREQ DAILY, WEEKLY, MONTHLY or YEARLY with INTERVAL, BYDAY, BYMONTHDAY, BYMONTH, COUNT, UNTIL. Completing an occurrence creates the next one.
+             */
+            recurrence?: string | null;
+            /**
+             * Remind At
+             * @description When to remind; naive values are read in your timezone. Not in the past.
+             */
+            remind_at?: string | null;
             /**
              * Parent Id
              * @description Make this task a step of that top-level task (its UUID or number).
@@ -596,6 +764,28 @@ export interface components {
              * @default 0
              */
             steps_total?: number;
+            /**
+             * Recurrence
+             * @description An RRULE, or null.
+             */
+            recurrence?: string | null;
+            /**
+             * Recurrence Text
+             * @description The rule in English ("every Monday").
+             */
+            recurrence_text?: string | null;
+            /** Remind At */
+            remind_at?: string | null;
+            /**
+             * Reminded At
+             * @description When its reminder fired.
+             */
+            reminded_at?: string | null;
+            /**
+             * Series Id
+             * @description Shared by the occurrences of one repeating task.
+             */
+            series_id?: string | null;
             /** Steps */
             steps?: components["schemas"]["TaskPublic"][];
         };
@@ -647,6 +837,28 @@ export interface components {
              * @default 0
              */
             steps_total?: number;
+            /**
+             * Recurrence
+             * @description An RRULE, or null.
+             */
+            recurrence?: string | null;
+            /**
+             * Recurrence Text
+             * @description The rule in English ("every Monday").
+             */
+            recurrence_text?: string | null;
+            /** Remind At */
+            remind_at?: string | null;
+            /**
+             * Reminded At
+             * @description When its reminder fired.
+             */
+            reminded_at?: string | null;
+            /**
+             * Series Id
+             * @description Shared by the occurrences of one repeating task.
+             */
+            series_id?: string | null;
         };
         /**
          * TaskUpdate
@@ -668,6 +880,16 @@ export interface components {
             tags?: string[];
             /** Completed */
             completed?: boolean;
+            /**
+             * Recurrence
+             * @description An RFC 5545 RRULE (FREQ=WEEKLY;BYDAY=MO): FREQ DAILY, WEEKLY, MONTHLY or YEARLY with INTERVAL, BYDAY, BYMONTHDAY, BYMONTH, COUNT, UNTIL. Completing an occurrence creates the next one. `null` stops the series.
+             */
+            recurrence?: string | null;
+            /**
+             * Remind At
+             * @description When to remind; naive values are read in your timezone. Not in the past.
+             */
+            remind_at?: string | null;
         };
         /** TasksPublic */
         TasksPublic: {
@@ -833,6 +1055,19 @@ export interface components {
              * @description One of `models`; null: the service's default.
              */
             model?: string | null;
+        };
+        /** ValidationError */
+        ValidationError: {
+            /** Location */
+            loc: (string | number)[];
+            /** Message */
+            msg: string;
+            /** Error Type */
+            type: string;
+            /** Input */
+            input?: unknown;
+            /** Context */
+            ctx?: Record<string, never>;
         };
         /**
          * ValidationIssue
@@ -2155,7 +2390,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["TaskPublic"];
+                    "application/json": components["schemas"]["TaskChanged"];
                 };
             };
             /** @description The request body could not be read (for example, not UTF-8). */
@@ -2337,7 +2572,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["TaskPublic"];
+                    "application/json": components["schemas"]["TaskChanged"];
                 };
             };
             /** @description The request body could not be read (for example, not UTF-8). */
@@ -2431,7 +2666,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["TaskPublic"];
+                    "application/json": components["schemas"]["TaskChanged"];
                 };
             };
             /** @description The request body could not be read (for example, not UTF-8). */
@@ -2492,6 +2727,327 @@ export interface operations {
             };
             /** @description The database or identity provider is unavailable. */
             503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    followEvents: {
+        parameters: {
+            query?: {
+                /** @description The same as the Last-Event-ID header. */
+                last_event_id?: string | null;
+            };
+            header?: {
+                "Last-Event-ID"?: string | null;
+            };
+            path: {
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Server-sent events: `id` (increasing per user), `event` (the type: task.created, task.updated, task.completed, task.reopened, task.deleted, reminder.due) and `data` (a CloudEvents 1.0 JSON object); comments keep the connection alive. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": unknown;
+                };
+            };
+            /** @description The request body could not be read (for example, not UTF-8). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Missing, invalid or expired bearer token. */
+            401: {
+                headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The user id in the path is not the signed-in user. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No such session or task for this user. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Validation failed: a list of problems, or one sentence. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The database or identity provider is unavailable. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    createCalendarFeed: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CalendarFeed"];
+                };
+            };
+            /** @description The request body could not be read (for example, not UTF-8). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Missing, invalid or expired bearer token. */
+            401: {
+                headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The user id in the path is not the signed-in user. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No such session or task for this user. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Validation failed: a list of problems, or one sentence. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The database or identity provider is unavailable. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    deleteCalendarFeed: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The request body could not be read (for example, not UTF-8). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Missing, invalid or expired bearer token. */
+            401: {
+                headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The user id in the path is not the signed-in user. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No such session or task for this user. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Validation failed: a list of problems, or one sentence. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The database or identity provider is unavailable. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    getCalendarFeed: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                secret: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description An iCalendar document. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/calendar": unknown;
+                };
+            };
+            /** @description No such session or task for this user. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description Too many chat messages. */
+            429: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
                     "Retry-After": string;

@@ -1,17 +1,20 @@
 """The database engine and the unit of work: one transaction, committed or rolled back."""
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
-from sqlalchemy import event
+import asyncpg  # type: ignore[import-untyped]
+from sqlalchemy import TextClause, event
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
     AsyncEngine,
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.util import greenlet_spawn
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from backend.errors import DatabaseUnavailable
@@ -63,6 +66,63 @@ def _unavailable_as_503() -> Iterator[None]:
         raise
 
 
+class Statement:
+    """A hand-written statement that can also run on the bare asyncpg connection: `text`
+    for SQLAlchemy, `sql` and the order of its parameters for asyncpg, as SQLAlchemy's own
+    asyncpg dialect compiles it (so both send the very same SQL). Untyped parameters only:
+    the bare path has no SQLAlchemy type processing."""
+
+    __slots__ = ("names", "sql", "text")
+
+    def __init__(self, text: TextClause) -> None:
+        compiled = text.compile(dialect=_ASYNCPG)
+        self.text = text
+        self.sql = compiled.string
+        self.names = tuple(compiled.positiontup or ())
+
+
+_ASYNCPG = PGDialect_asyncpg()  # type: ignore[no-untyped-call]
+
+
+class RawConnection:
+    """A pooled connection's own asyncpg connection, outside any transaction. asyncpg
+    prepares each statement once per connection and keeps it; SQLAlchemy's execution path
+    (events, cursor adaptation, result objects) costs more CPU per statement than the
+    database spends answering the turn's two. Each statement is counted as SQLAlchemy's are."""
+
+    __slots__ = ("_connection", "_count", "broken_by")
+
+    def __init__(self, connection: Any, count: Callable[[], None]) -> None:
+        self._connection = connection
+        self._count = count
+        # What left the connection unusable: the database going away, or a statement
+        # interrupted midway (cancelled), which leaves its protocol state unknown. An error
+        # the server answered with (a PostgresError) leaves it as good as before.
+        self.broken_by: BaseException | None = None
+
+    async def fetchrow(self, statement: Statement, params: Mapping[str, Any]) -> Any:
+        """The first row (an asyncpg Record: `row["name"]`), or None."""
+        self._count()
+        try:
+            return await self._connection.fetchrow(
+                statement.sql, *[params[name] for name in statement.names]
+            )
+        except BaseException as error:
+            if is_database_unavailable(error) or not isinstance(error, asyncpg.PostgresError):
+                self.broken_by = error
+            raise
+
+
+async def first_row(
+    db: AsyncConnection | RawConnection, statement: Statement, params: Mapping[str, Any]
+) -> Any:
+    """The statement's first row, or None, on either kind of connection; read its columns
+    by name (`row["name"]`)."""
+    if isinstance(db, RawConnection):
+        return await db.fetchrow(statement, params)
+    return (await db.execute(statement.text, params)).mappings().first()
+
+
 class Database:
     """Owns the engine; hands out short transactions."""
 
@@ -88,6 +148,7 @@ class Database:
         self._sessions = async_sessionmaker(
             self.engine, class_=AsyncSession, expire_on_commit=False, autoflush=False
         )
+        self._count: Callable[[], None] = on_statement or _uncounted
         if on_statement is not None:
             count = on_statement
 
@@ -118,5 +179,30 @@ class Database:
             async with self._autocommit.connect() as connection:
                 yield connection
 
+    @asynccontextmanager
+    async def raw(self) -> AsyncIterator[RawConnection]:
+        """A connection of the same pool outside any transaction, bare (see RawConnection):
+        for the hot path's statements that are atomic by themselves."""
+        with _unavailable_as_503():
+            pooled = await self.engine.raw_connection()
+            connection = RawConnection(pooled.driver_connection, self._count)
+            try:
+                yield connection
+            finally:
+                if (broken_by := connection.broken_by) is not None:
+                    if is_database_unavailable(broken_by):
+                        # What SQLAlchemy does on a disconnect: this connection is dropped,
+                        # and every other one opened before it is replaced at its next
+                        # checkout.
+                        pool = self.engine.sync_engine.pool
+                        await greenlet_spawn(pool._invalidate, pooled, broken_by)
+                    else:
+                        await greenlet_spawn(pooled.invalidate, broken_by)
+                await greenlet_spawn(pooled.close)  # back to the pool
+
     async def dispose(self) -> None:
         await self.engine.dispose()
+
+
+def _uncounted() -> None:
+    pass

@@ -17,10 +17,11 @@ delta, tool_call, tool_result, done) and `GET /health`, under uvicorn exactly as
 
     python -m bench.floor --port 8001 [--workers 1]
 
-Environment: DATABASE_URL, JWT_SECRET, OPENAI_BASE_URL, OPENAI_API_KEY and
-BENCH_FLOOR_SPEC (a JSON file with the model settings, the system messages and the tool
-definitions, written by the bench from the service's own `TOOL_DEFINITIONS`; passing them
-in keeps the service's modules out of the floor's memory).
+Environment: DATABASE_URL, JWT_SECRET, OPENAI_BASE_URL, OPENAI_API_KEY,
+BENCH_FLOOR_HTTP (`httpx2`, the default, or `raw`: see below) and BENCH_FLOOR_SPEC (a JSON
+file with the model settings, the system messages and the tool definitions, written by the
+bench from the service's own `TOOL_DEFINITIONS`; passing them in keeps the service's
+modules out of the floor's memory).
 
 Why httpx2 and not the openai SDK: the SDK sends these same bytes over this same transport
 (httpx2, the httpx fork the openai package depends on), so leaving the SDK out removes only
@@ -29,17 +30,25 @@ That is a cost the service chose (the design card asks for the SDK), and the com
 should show it rather than hide it. (Not httpx 0.28: its connection pool, shared by 64
 concurrent calls, tops out near 60 calls/s against a 300 ms model, which would make the
 floor measure httpx.)
+
+The raw floor (`BENCH_FLOOR_HTTP=raw`, the bench's `raw floor`) posts the model request
+with a bare HTTP/1.1 client instead (the load generator's, `bench.load.Connection`: one
+keep-alive connection per request in flight, kept in a free list): the least the model
+request itself can cost. The httpx2 floor keeps the SDK's transport, so its ratio leaves
+that transport's cost out of the comparison; the raw floor's ratio puts it in.
 """
 
 import argparse
+import asyncio
 import json
 import os
 import re
 import uuid
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg  # type: ignore[import-untyped]
 import httpx2 as httpx
@@ -47,6 +56,7 @@ from jose import jwt
 from jose.exceptions import JOSEError
 
 from backend.services.agent import to_model_messages
+from bench.load import Connection
 
 JSON = dict[str, Any]
 Scope = MutableMapping[str, Any]
@@ -124,10 +134,13 @@ class Floor:
         self.secret = os.environ["JWT_SECRET"]
         self.dsn = os.environ["DATABASE_URL"].replace("postgresql+asyncpg://", "postgresql://")
         self.url = os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions"
+        self.api_key = os.environ.get("OPENAI_API_KEY", "x")
         self.headers = {
-            "Authorization": f"Bearer {os.environ.get('OPENAI_API_KEY', 'x')}",
+            "Authorization": f"Bearer {self.api_key}",
             "Content-Type": "application/json",
         }
+        self.raw = os.environ.get("BENCH_FLOOR_HTTP", "httpx2") == "raw"
+        self._idle: list[Connection] = []  # the raw client's keep-alive connections
         self._pool: asyncpg.Pool | None = None
         self._http: httpx.AsyncClient | None = None
 
@@ -140,6 +153,8 @@ class Floor:
         )
 
     async def stop(self) -> None:
+        for connection in self._idle:
+            connection.close()
         if self._http is not None:
             await self._http.aclose()
         if self._pool is not None:
@@ -318,10 +333,7 @@ class Floor:
         """One model answer: its text and tool calls (streamed when `emit` is given)."""
         body: JSON = {**self.options, "messages": turn.messages}
         if emit is None:
-            response = await self.http.post(self.url, content=_dumps(body), headers=self.headers)
-            if response.status_code != 200:
-                raise RuntimeError(f"model answered {response.status_code}")
-            answer = response.json()
+            answer = json.loads(await self._post(_dumps(body)))
             _count(turn.usage, answer.get("usage"))
             message = answer["choices"][0]["message"]
             return message.get("content") or "", list(message.get("tool_calls") or ())
@@ -329,33 +341,66 @@ class Floor:
         body["stream_options"] = {"include_usage": True}
         text: list[str] = []
         calls: dict[int, JSON] = {}
-        async with self.http.stream(
-            "POST", self.url, content=_dumps(body), headers=self.headers
-        ) as response:
-            async for line in response.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[6:])
-                _count(turn.usage, chunk.get("usage"))
-                for choice in chunk.get("choices", ()):
-                    delta = choice.get("delta") or {}
-                    if piece := delta.get("content"):
-                        text.append(piece)
-                        await emit("delta", {"text": piece})
-                    for part in delta.get("tool_calls") or ():
-                        slot = calls.setdefault(
-                            part["index"],
-                            {
-                                "id": "",
-                                "type": "function",
-                                "function": {"name": "", "arguments": ""},
-                            },
-                        )
-                        slot["id"] = part.get("id") or slot["id"]
-                        function = part.get("function") or {}
-                        slot["function"]["name"] += function.get("name") or ""
-                        slot["function"]["arguments"] += function.get("arguments") or ""
+        async for line in self._lines(_dumps(body)):
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            _count(turn.usage, chunk.get("usage"))
+            for choice in chunk.get("choices", ()):
+                delta = choice.get("delta") or {}
+                if piece := delta.get("content"):
+                    text.append(piece)
+                    await emit("delta", {"text": piece})
+                for part in delta.get("tool_calls") or ():
+                    slot = calls.setdefault(
+                        part["index"],
+                        {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+                    )
+                    slot["id"] = part.get("id") or slot["id"]
+                    function = part.get("function") or {}
+                    slot["function"]["name"] += function.get("name") or ""
+                    slot["function"]["arguments"] += function.get("arguments") or ""
         return "".join(text), [calls[index] for index in sorted(calls)]
+
+    # -- the model request: httpx2, or a bare HTTP/1.1 client ---------------------------
+
+    async def _post(self, content: bytes) -> bytes:
+        if self.raw:
+            return await self._raw_post(content)
+        response = await self.http.post(self.url, content=content, headers=self.headers)
+        if response.status_code != 200:
+            raise RuntimeError(f"model answered {response.status_code}")
+        return response.content
+
+    async def _lines(self, content: bytes) -> AsyncIterator[str]:
+        """The lines of a streamed answer, as they arrive."""
+        if not self.raw:
+            async with self.http.stream(
+                "POST", self.url, content=content, headers=self.headers
+            ) as response:
+                async for line in response.aiter_lines():
+                    yield line
+            return
+        lines: asyncio.Queue[bytes | None] = asyncio.Queue()
+        request = asyncio.ensure_future(self._raw_post(content, lines.put_nowait))
+        request.add_done_callback(lambda _: lines.put_nowait(None))
+        while (raw := await lines.get()) is not None:
+            yield raw.decode().rstrip("\r")
+        await request  # its failure, if any
+
+    async def _raw_post(
+        self, content: bytes, on_line: Callable[[bytes], None] | None = None
+    ) -> bytes:
+        connection = self._idle.pop() if self._idle else Connection(self.url)
+        try:
+            status, answer = await connection.request(
+                "POST", urlsplit(self.url).path, self.api_key, content, on_line
+            )
+        finally:
+            self._idle.append(connection)  # (a failed one has closed, and reopens on use)
+        if status != 200:
+            raise RuntimeError(f"model answered {status}")
+        return answer
 
     async def _tool(self, owner: str, name: str, arguments: JSON | str) -> JSON:
         title = arguments.get("title") if isinstance(arguments, dict) else None

@@ -250,6 +250,11 @@ class Seeder:
     def server_version(self) -> str:
         return str(self.fetch("SHOW server_version")[0][0])
 
+    def connections_opened(self) -> int:
+        """Connections ever opened to the bench database (this one included)."""
+        sql = "SELECT sessions FROM pg_stat_database WHERE datname = current_database()"
+        return int(str(self.fetch(sql)[0][0]))
+
 
 def postgres_cpu() -> dict[int, float]:
     """CPU seconds of every PostgreSQL process on this machine, by PID."""

@@ -29,10 +29,16 @@ def _building_sql(stack: list[str]) -> bool:
 # In order: a sample belongs to the first area whose test its stack (frame texts) passes.
 AREAS: list[tuple[str, Callable[[list[str]], bool]]] = [
     ("openai SDK: request transform (openai/_utils/_transform.py)", _any("openai/_utils/_tr")),
-    ("openai SDK: HTTP transport (httpx2, httpcore2)", _any("httpx2/", "httpcore2/")),
+    (
+        "openai SDK: HTTP transport (httpx2 and aiohttp, or httpcore2)",
+        _any("httpx2/", "httpcore2/", "aiohttp/", "httpx_aiohttp/"),
+    ),
     ("openai SDK: the rest (request building, response parsing)", _any("openai/")),
     ("SQL: building statements (backend/services/turns.py)", _building_sql),
-    ("SQL: executing (SQLAlchemy session and engine, asyncpg)", _any("sqlalchemy/", "asyncpg/")),
+    (
+        "SQL: executing (SQLAlchemy session and engine, asyncpg)",
+        _any("sqlalchemy/", "asyncpg/", "backend/db.py"),
+    ),
     ("threadpool (sync dependencies run by anyio worker threads)", _any("threading.py")),
     ("tenacity (retry wrappers)", _any("tenacity/")),
     ("JWT (python-jose)", _any("jose/")),

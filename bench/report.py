@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SERVICE, FLOOR = "service", "floor"
+SERVICE, FLOOR, RAW_FLOOR = "service", "floor", "raw"
 NO_TOOL, ONE_TOOL = "no-tool", "one-tool"
 
 
@@ -166,6 +166,28 @@ def evaluate(results: Results, *, slow_model_ms: int) -> list[Target]:
             )
         )
 
+    raw = results.cell(RAW_FLOOR, 0, NO_TOOL, 64)
+    if service and raw and raw.throughput:
+        ratio = service.throughput / raw.throughput
+        targets.append(
+            Target(
+                "no-tool throughput at c=64, 0 ms model, vs the raw floor",
+                f"{ratio:.2f} ({service.throughput:.0f} vs {raw.throughput:.0f} turns/s)",
+                ">= 0.60",
+                ratio >= 0.6,
+            )
+        )
+        cpu = service.server_cpu_ms_per_turn / raw.server_cpu_ms_per_turn
+        targets.append(
+            Target(
+                "no-tool CPU per turn at c=64, 0 ms model, vs the raw floor",
+                f"{cpu:.2f} ({service.server_cpu_ms_per_turn:.2f} vs "
+                f"{raw.server_cpu_ms_per_turn:.2f} ms)",
+                "<= 1.60",
+                cpu <= 1.6,
+            )
+        )
+
     slow = results.cell(SERVICE, slow_model_ms, NO_TOOL, 64)
     if slow:
         ratio = slow.latency.p99 / slow_model_ms
@@ -315,6 +337,31 @@ def markdown(results: Results) -> str:
             f"| {service.other_cores:.2f} / {floor.other_cores:.2f} |"
         )
 
+    raw_pairs = _pairs(results, RAW_FLOOR)
+    if raw_pairs:
+        lines += [
+            "",
+            "### Against the raw floor",
+            "",
+            "The raw floor is the floor with a bare HTTP/1.1 client for the model request "
+            "instead of httpx2, the openai SDK's transport (`BENCH_FLOOR_HTTP=raw`); it runs "
+            "in the same rounds as the other two. Ratio = service / raw floor.",
+            "",
+            "| model | turn | c | turns/s service / raw floor | ratio | CPU ms/turn service / "
+            "raw floor | ratio | p99 service / raw floor | other load, cores |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for (model_ms, turn, concurrency), service, raw in raw_pairs:
+            lines.append(
+                f"| {model_ms} ms | {turn} | {concurrency} "
+                f"| {service.throughput:.1f} / {raw.throughput:.1f} "
+                f"| {_ratio(service.throughput, raw.throughput)} "
+                f"| {service.server_cpu_ms_per_turn:.2f} / {raw.server_cpu_ms_per_turn:.2f} "
+                f"| {_ratio(service.server_cpu_ms_per_turn, raw.server_cpu_ms_per_turn)} "
+                f"| {_ms(service.latency.p99)} / {_ms(raw.latency.p99)} "
+                f"| {service.other_cores:.2f} / {raw.other_cores:.2f} |"
+            )
+
     lines += [
         "",
         "## Streaming (`POST /api/{user}/chat/stream`, one client)",
@@ -415,7 +462,9 @@ def markdown(results: Results) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _pairs(results: Results) -> list[tuple[tuple[int, str, int], Cell, Cell]]:
+def _pairs(
+    results: Results, floor_name: str = FLOOR
+) -> list[tuple[tuple[int, str, int], Cell, Cell]]:
     """(model_ms, turn, concurrency), the service's cell and the floor's, in table order."""
     keys = sorted(
         {(c.model_ms, c.turn, c.concurrency) for c in results.cells},
@@ -423,7 +472,7 @@ def _pairs(results: Results) -> list[tuple[tuple[int, str, int], Cell, Cell]]:
     )
     pairs = []
     for key in keys:
-        service, floor = results.cell(SERVICE, *key), results.cell(FLOOR, *key)
+        service, floor = results.cell(SERVICE, *key), results.cell(floor_name, *key)
         if service is not None and floor is not None:
             pairs.append((key, service, floor))
     return pairs

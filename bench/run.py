@@ -49,6 +49,7 @@ from bench.report import (
     FLOOR,
     NO_TOOL,
     ONE_TOOL,
+    RAW_FLOOR,
     SERVICE,
     Cell,
     History,
@@ -154,6 +155,7 @@ class Bench:
         seeder: Seeder,
         service: Server,
         floor: Server,
+        raw_floor: Server,
         pool: ProcessPoolExecutor,
         secret: str,
     ) -> None:
@@ -162,6 +164,7 @@ class Bench:
         self.seeder = seeder
         self.service = service
         self.floor = floor
+        self.raw_floor = raw_floor
         self.pool = pool
         self.secret = secret
         self.started = time.monotonic()
@@ -189,15 +192,15 @@ class Bench:
         for model_ms in self.plan.model_ms:
             for turn in (NO_TOOL, ONE_TOOL):
                 for concurrency in self.plan.concurrencies:
-                    runs: dict[str, list[_Run]] = {SERVICE: [], FLOOR: []}
-                    # Rounds alternate which server goes first, so that drift (table growth,
-                    # autovacuum, other work on the machine) touches both alike.
+                    servers = (self.service, self.floor, self.raw_floor)
+                    runs: dict[str, list[_Run]] = {server.name: [] for server in servers}
+                    # Rounds alternate the order (A-B-C, then C-B-A), so that drift (table
+                    # growth, autovacuum, other work on the machine) touches all alike.
                     for round_ in range(self.plan.rounds):
-                        servers = (self.service, self.floor)
                         for server in servers if round_ % 2 == 0 else servers[::-1]:
                             self.model(model_ms, turn)
                             runs[server.name].append(self.measure(server, concurrency))
-                    for server in (self.service, self.floor):
+                    for server in servers:
                         cell = _cell(server.name, model_ms, turn, concurrency, runs[server.name])
                         cells.append(cell)
                         self.log(
@@ -222,13 +225,13 @@ class Bench:
             min_samples=self.plan.min_samples,
             max_duration_s=self.plan.max_duration_s,
         )
-        both = [*self.service.pids(), *self.floor.pids()]
+        both = [*self.service.pids(), *self.floor.pids(), *self.raw_floor.pids()]
         cpu, cpu_both = cpu_seconds(server.pids()), cpu_seconds(both)
         db, busy, mine = postgres_cpu(), machine_busy_seconds(), time.process_time()
         began = time.monotonic()
         outcome = self.drive(workload)
         db_cpu = database_cpu_since(self.seeder, db)
-        # What this bench ran: both servers, their database backends, the generator and this
+        # What this bench ran: the servers, their database backends, the generator and this
         # process (the fake model's thread). The rest of the machine's CPU is other work.
         ours = (
             cpu_seconds(both)
@@ -509,7 +512,7 @@ def setup(stack: ExitStack, *, plan: Plan, workers: int) -> Bench:
     print(f"bench: {where}; logs under {workdir}", file=sys.stderr)
     reset_schema(url, env)
     seeder = Seeder(url)
-    users = [f"{name}-{i}" for name in (SERVICE, FLOOR) for i in range(64)]
+    users = [f"{name}-{i}" for name in (SERVICE, FLOOR, RAW_FLOOR) for i in range(64)]
     seeder.users([*users, "service-sql", "service-hist", "floor-hist", "tasks-few", "tasks-many"])
     options = ["--workers", str(workers)]
     service = stack.enter_context(
@@ -517,6 +520,14 @@ def setup(stack: ExitStack, *, plan: Plan, workers: int) -> Bench:
     )
     floor = stack.enter_context(
         Server(FLOOR, [sys.executable, "-m", "bench.floor", *options], env, workdir / "floor.log")
+    )
+    raw_floor = stack.enter_context(
+        Server(
+            RAW_FLOOR,
+            [sys.executable, "-m", "bench.floor", *options],
+            {**env, "BENCH_FLOOR_HTTP": "raw"},
+            workdir / "raw-floor.log",
+        )
     )
     pool = stack.enter_context(
         ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
@@ -527,6 +538,7 @@ def setup(stack: ExitStack, *, plan: Plan, workers: int) -> Bench:
         seeder=seeder,
         service=service,
         floor=floor,
+        raw_floor=raw_floor,
         pool=pool,
         secret=secret,
     )
@@ -564,7 +576,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.tasks = bench.task_list()
         results.memory_mib = {
             server.name: [peak_rss_mib(pid) for pid in server.workers()]
-            for server in (service, floor)
+            for server in (service, floor, bench.raw_floor)
         }
         results.prompt = prompt.measure()
         if args.profile:
@@ -592,7 +604,9 @@ def notes(results: Results) -> list[str]:
         "in one transaction, reply + session update in one statement), and the model called "
         "over httpx2 (the openai SDK's own transport) with the same request body (system "
         "prompt, history, the 6 tool definitions). It leaves out the SDK's own work, the rate "
-        "limiter, the session lease and FastAPI/pydantic/SQLAlchemy.",
+        "limiter, the session lease and FastAPI/pydantic/SQLAlchemy. The raw floor is the "
+        "same app with a bare HTTP/1.1 client (bench.load's) for the model request in place "
+        "of httpx2: its ratio also counts the cost of the SDK's transport.",
         "Target 2 (p99 vs model latency) is read on no-tool turns; a one-tool turn calls the "
         "model twice. The streaming target is read on the p50 of per-request overhead.",
         "Load-level clients start a new session each run, so their model requests carry a "

@@ -9,9 +9,12 @@ The lease lives in the session row, so it holds across processes and replicas, a
 expires, so a process that dies mid-turn cannot wedge the session.
 
 This is the hot path of every chat turn, so its statements are written once, as SQL over
-the tables of `backend.models.session` and `backend.models.user`, and run on a Core
-connection: building and caching SQLAlchemy constructs per call cost more CPU than the
-database spent answering them.
+the tables of `backend.models.session` and `backend.models.user`: building and caching
+SQLAlchemy constructs per call cost more CPU than the database spent answering them. The
+turn's two statements (`open_turn`, `finish`) also run on the pool's bare asyncpg
+connection (`Database.raw`, prepared once per connection), where even SQLAlchemy's
+execution path costs more than the database does; inside a transaction (with an
+Idempotency-Key) they run on its Core connection.
 """
 
 import uuid
@@ -23,6 +26,7 @@ from sqlalchemy import bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from backend.db import RawConnection, Statement, first_row
 from backend.errors import SessionNotFound
 from backend.models.session import Usage
 
@@ -128,13 +132,15 @@ _LEASES = {
     ),
 }
 _OPEN_TURN_STATEMENTS = {
-    (kind, regenerate): text(
-        _OPEN_TURN.format(
-            gate=_GATE_COLUMNS,
-            lease=lease,
-            found=f"EXISTS (SELECT FROM agent_sessions WHERE {where})" if where else "true",
-            # Regenerating answers the stored last user message again: nothing is added.
-            added="" if regenerate else _ADD_MESSAGE,
+    (kind, regenerate): Statement(
+        text(
+            _OPEN_TURN.format(
+                gate=_GATE_COLUMNS,
+                lease=lease,
+                found=f"EXISTS (SELECT FROM agent_sessions WHERE {where})" if where else "true",
+                # Regenerating answers the stored last user message again: nothing is added.
+                added="" if regenerate else _ADD_MESSAGE,
+            )
         )
     )
     for kind, (lease, where) in _LEASES.items()
@@ -180,8 +186,9 @@ _RECORD_TOOL_CALL = text(
 
 # The reply (completing the tool-call record if there is one), the user's daily tokens, and
 # the session: activity time, token totals, and the lease, released only if still ours.
-_FINISH = text(
-    """
+_FINISH = Statement(
+    text(
+        """
     WITH reply AS (
         INSERT INTO agent_messages (id, session_id, user_id, role, content, using_stub,
                                     prompt_tokens, completion_tokens, cached_tokens, created_at)
@@ -210,8 +217,9 @@ _FINISH = text(
         lease_owner = CASE WHEN lease_owner = :turn THEN NULL ELSE lease_owner END,
         lease_expires_at = CASE WHEN lease_owner = :turn THEN NULL ELSE lease_expires_at END
     WHERE id = :session AND user_id = :owner
-    RETURNING (SELECT created_at FROM reply)
+    RETURNING (SELECT created_at FROM reply) AS created_at
     """
+    )
 )
 
 
@@ -274,7 +282,7 @@ def title_from(message: str) -> str:
 
 
 async def open_turn(
-    db: AsyncConnection,
+    db: AsyncConnection | RawConnection,
     *,
     owner: str,
     session_id: uuid.UUID | None,
@@ -313,24 +321,25 @@ async def open_turn(
     if regenerate and session_id is None:
         raise SessionNotFound("There is no message in this chat to answer again.")
     kind = "new" if session_id is None else "session"
-    row = (await db.execute(_OPEN_TURN_STATEMENTS[kind, regenerate], params)).first()
+    row = await first_row(db, _OPEN_TURN_STATEMENTS[kind, regenerate], params)
     if row is None:
         return Opening(started=False, user_found=False)
-    if row.session_id is None:
+    if row["session_id"] is None:
         return Opening(
             started=False,
-            rate_limited=not row.allowed,
-            retry_after_s=max(row.retry_after_s, 0.0),
-            session_found=row.session_found,
+            rate_limited=not row["allowed"],
+            retry_after_s=max(row["retry_after_s"], 0.0),
+            session_found=row["session_found"],
         )
+    stored = row["history"]
     earlier: list[HistoryRow] = [
-        (m["role"], m["content"], m["tool_calls"], m["tool_results"]) for m in row.history
+        (m["role"], m["content"], m["tool_calls"], m["tool_results"]) for m in stored
     ]
     earlier_results: list[dict[str, Any]] = []
     if message is None:
-        last = max((i for i, m in enumerate(row.history) if m["role"] == "user"), default=None)
+        last = max((i for i, m in enumerate(stored) if m["role"] == "user"), default=None)
         if last is not None:
-            message_id, message = uuid.UUID(row.history[last]["id"]), earlier[last][1] or ""
+            message_id, message = uuid.UUID(stored[last]["id"]), earlier[last][1] or ""
             earlier[last + 1 :] = [(r, None, c, t) for r, _, c, t in earlier[last + 1 :]]
             answers = earlier[last + 1 :]
             earlier_results = [r["result"] for *_, results in answers for r in results or ()]
@@ -340,16 +349,16 @@ async def open_turn(
     return Opening(
         started=True,
         turn_id=turn_id,
-        session_id=row.session_id,
+        session_id=row["session_id"],
         user_message_id=message_id,
         message=message or "",
         earlier_results=earlier_results,
         history=history_rows,
-        name=row.name,
-        timezone=row.timezone,
-        instructions=row.instructions,
-        model=row.model,
-        tokens_today=row.tokens_today,
+        name=row["name"],
+        timezone=row["timezone"],
+        instructions=row["instructions"],
+        model=row["model"],
+        tokens_today=row["tokens_today"],
     )
 
 
@@ -404,7 +413,7 @@ async def record_tool_call(
 
 
 async def finish(
-    db: AsyncConnection,
+    db: AsyncConnection | RawConnection,
     *,
     owner: str,
     session_id: uuid.UUID,
@@ -415,24 +424,23 @@ async def finish(
     usage: Usage,
 ) -> datetime:
     """Store the reply and close the turn; returns the reply's time."""
-    row = (
-        await db.execute(
-            _FINISH,
-            {
-                "message": message_id,
-                "session": session_id,
-                "owner": owner,
-                "turn": turn_id,
-                "content": content,
-                "stub": using_stub,
-                "prompt": usage.prompt_tokens,
-                "completion": usage.completion_tokens,
-                "total": usage.total_tokens,
-                "cached": usage.cached_tokens,
-            },
-        )
-    ).first()
+    row = await first_row(
+        db,
+        _FINISH,
+        {
+            "message": message_id,
+            "session": session_id,
+            "owner": owner,
+            "turn": turn_id,
+            "content": content,
+            "stub": using_stub,
+            "prompt": usage.prompt_tokens,
+            "completion": usage.completion_tokens,
+            "total": usage.total_tokens,
+            "cached": usage.cached_tokens,
+        },
+    )
     if row is None:
         raise SessionNotFound()
-    created_at: datetime = row[0]
+    created_at: datetime = row["created_at"]
     return created_at

@@ -6,9 +6,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import uuid
+from collections.abc import Callable
+
 import httpx
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from backend.db import Database
+from backend.models.session import Usage
+from backend.services import turns
 from backend.settings import Settings
 from tests.chat_helpers import chat, chat_stream, stored_messages, task_titles
 from tests.conftest import auth, server_env, serving
@@ -88,6 +96,51 @@ async def test_waiting_is_bounded_then_409(
 
 def _env(database_url: str, model: FakeOpenAI, **extra: str) -> dict[str, str]:
     return server_env(database_url, model, CHAT_RATE_LIMIT_PER_MINUTE="0", **extra)
+
+
+async def test_a_turn_finishing_while_the_next_opens_in_its_session_takes_locks_in_one_order(
+    make_settings: Callable[..., Settings], engine: AsyncEngine
+) -> None:
+    """Opening a turn locks the user's row, then the session's; finishing one must take them
+    in the same order, or the two deadlock (and one turn answers 500). Here the opening
+    turn is held between its two locks while the other finishes."""
+    session_id, turn_id = uuid.uuid4(), uuid.uuid4()
+    async with engine.begin() as setup:
+        await setup.execute(text("INSERT INTO users (id, timezone) VALUES ('alice', 'UTC')"))
+        await setup.execute(
+            text(
+                "INSERT INTO agent_sessions (id, user_id, title, lease_owner, lease_expires_at)"
+                " VALUES (:id, 'alice', 't', :turn, now() + interval '1 minute')"
+            ),
+            {"id": session_id, "turn": turn_id},
+        )
+    database = Database(make_settings())
+    try:
+        async with engine.connect() as opening, opening.begin():
+            await opening.execute(text("SELECT FROM users WHERE id = 'alice' FOR NO KEY UPDATE"))
+
+            async def finishing() -> None:
+                async with database.raw() as db:
+                    await turns.finish(
+                        db,
+                        owner="alice",
+                        session_id=session_id,
+                        message_id=uuid.uuid4(),
+                        turn_id=turn_id,
+                        content="done",
+                        using_stub=False,
+                        usage=Usage(),
+                    )
+
+            finished = asyncio.create_task(finishing())
+            await asyncio.sleep(0.3)  # the finish is now waiting for the user's row
+            await opening.execute(
+                text("UPDATE agent_sessions SET lease_owner = NULL WHERE id = :id"),
+                {"id": session_id},
+            )
+        await asyncio.wait_for(finished, 10)
+    finally:
+        await database.dispose()
 
 
 async def test_twenty_messages_into_one_session_across_two_replicas(

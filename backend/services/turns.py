@@ -184,12 +184,22 @@ _RECORD_TOOL_CALL = text(
     """
 ).bindparams(bindparam("calls", type_=JSONB), bindparam("results", type_=JSONB))
 
-# The reply (completing the tool-call record if there is one), the user's daily tokens, and
+# The user's daily tokens, the reply (completing the tool-call record if there is one), and
 # the session: activity time, token totals, and the lease, released only if still ours.
+# Locks are taken in the order `open_turn` takes them, the user's row before the session's:
+# the session update's condition reads `spent` (an InitPlan, run before its scan), so the
+# user row is locked first. The other order deadlocks with a turn opening in the session.
 _FINISH = Statement(
     text(
         """
-    WITH reply AS (
+    WITH spent AS (
+        UPDATE users SET
+            tokens_used = CASE WHEN tokens_day = CURRENT_DATE THEN tokens_used ELSE 0 END
+                          + :total,
+            tokens_day = CURRENT_DATE
+        WHERE id = :owner
+        RETURNING id
+    ), reply AS (
         INSERT INTO agent_messages (id, session_id, user_id, role, content, using_stub,
                                     prompt_tokens, completion_tokens, cached_tokens, created_at)
         VALUES (:message, :session, :owner, 'assistant', :content, :stub,
@@ -201,12 +211,6 @@ _FINISH = Statement(
             completion_tokens = EXCLUDED.completion_tokens,
             cached_tokens = EXCLUDED.cached_tokens
         RETURNING created_at
-    ), spent AS (
-        UPDATE users SET
-            tokens_used = CASE WHEN tokens_day = CURRENT_DATE THEN tokens_used ELSE 0 END
-                          + :total,
-            tokens_day = CURRENT_DATE
-        WHERE id = :owner
     )
     UPDATE agent_sessions SET
         updated_at = now(),
@@ -216,7 +220,7 @@ _FINISH = Statement(
         cached_tokens = cached_tokens + :cached,
         lease_owner = CASE WHEN lease_owner = :turn THEN NULL ELSE lease_owner END,
         lease_expires_at = CASE WHEN lease_owner = :turn THEN NULL ELSE lease_expires_at END
-    WHERE id = :session AND user_id = :owner
+    WHERE id = :session AND user_id = (SELECT id FROM spent)
     RETURNING (SELECT created_at FROM reply) AS created_at
     """
     )

@@ -3,11 +3,10 @@
 import asyncio
 import signal
 import time
-from pathlib import Path
-from typing import Any
-
 import uuid
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest

@@ -5,6 +5,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
+import orjson
 from sqlalchemy import TextClause, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
@@ -143,6 +144,7 @@ class Database:
                 "timeout": 5,
                 "server_settings": {"application_name": "todo-agent"},
             },
+            json_deserializer=_json_loads,
         )
         self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         self._sessions = async_sessionmaker(
@@ -206,3 +208,11 @@ class Database:
 
 def _uncounted() -> None:
     pass
+
+
+def _json_loads(value: str | bytes) -> Any:
+    """json and jsonb columns as Python values, by orjson: a turn reads its whole history
+    as one json value. (Unlike the standard library, orjson reads an integer beyond 64 bits
+    as a float; the service stores none, and a model's tool-call arguments holding one
+    would be shown to it again rounded.)"""
+    return orjson.loads(value)

@@ -363,7 +363,9 @@ class OpenAIAgentService:
             "session",
             {"session_id": str(turn.session_id), "user_message_id": str(turn.user_message_id)},
         )
-        heartbeat = asyncio.create_task(self._keep_lease(turn))
+        # Most turns end long before their lease needs renewing: a timer, not a task, until
+        # one does.
+        heartbeat = _Heartbeat(self._keep_lease(turn), after_s=self._lease_every_s)
         response = None
         try:
             text, using_stub = await self._answer(turn)
@@ -475,31 +477,52 @@ class OpenAIAgentService:
     # -- the model ------------------------------------------------------------------------
 
     async def _complete(self, turn: Turn, *, tool_choice: ToolChoice) -> ModelReply:
-        """One model answer, retrying transient failures within the time budget."""
-        settings = self._settings
+        """One model answer, retrying transient failures within the time budget. The first
+        try runs bare: the retry machinery is only set up once a try has failed."""
         started = time.monotonic()
         turn.steps += 1
-
-        def wait(state: RetryCallState) -> float:
-            failure = state.outcome.exception() if state.outcome else None
-            hinted = failure.retry_after_s if isinstance(failure, _Transient) else None
-            backoff = min(0.5 * 2 ** (state.attempt_number - 1), 8.0) * random.uniform(0.5, 1.0)  # noqa: S311
-            return hinted if hinted is not None else backoff
-
-        def stop(state: RetryCallState) -> bool:
-            remaining = settings.openai_retry_budget_s - (time.monotonic() - started)
-            return state.attempt_number > settings.openai_max_retries or wait(state) > remaining
-
         try:
-            async for attempt in AsyncRetrying(
-                wait=wait, stop=stop, retry=retry_if_exception_type(_Transient), reraise=True
-            ):
-                with attempt:
-                    reply = await self._observed_call(turn, tool_choice)
+            reply = await self._observed_call(turn, tool_choice)
         except _Transient as failure:
-            raise ModelUnavailable(failure.reason) from failure
+            reply = await self._retried(turn, tool_choice, failure, started)
         turn.usage = _add(turn.usage, reply.usage)
         return reply
+
+    async def _retried(
+        self, turn: Turn, tool_choice: ToolChoice, failure: "_Transient", started: float
+    ) -> ModelReply:
+        """The tries after a first that failed with `failure`: the server's Retry-After, or
+        exponential backoff with jitter, while tries and the time budget last."""
+        settings = self._settings
+
+        def wait_after(failure: BaseException | None, tries: int) -> float:
+            hinted = failure.retry_after_s if isinstance(failure, _Transient) else None
+            backoff = min(0.5 * 2 ** (tries - 1), 8.0) * random.uniform(0.5, 1.0)  # noqa: S311
+            return hinted if hinted is not None else backoff
+
+        def stops_after(failure: BaseException | None, tries: int) -> bool:
+            remaining = settings.openai_retry_budget_s - (time.monotonic() - started)
+            return tries > settings.openai_max_retries or wait_after(failure, tries) > remaining
+
+        def tries(state: RetryCallState) -> tuple[BaseException | None, int]:
+            # The first try ran before this loop: its attempt 1 is the turn's try 2.
+            return state.outcome.exception() if state.outcome else None, state.attempt_number + 1
+
+        if stops_after(failure, 1):
+            raise ModelUnavailable(failure.reason) from failure
+        await asyncio.sleep(wait_after(failure, 1))
+        try:
+            async for attempt in AsyncRetrying(
+                wait=lambda state: wait_after(*tries(state)),
+                stop=lambda state: stops_after(*tries(state)),
+                retry=retry_if_exception_type(_Transient),
+                reraise=True,
+            ):
+                with attempt:
+                    return await self._observed_call(turn, tool_choice)
+        except _Transient as last:
+            raise ModelUnavailable(last.reason) from last
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _observed_call(self, turn: Turn, tool_choice: ToolChoice) -> ModelReply:
         """One model call, counted and logged whatever its outcome."""
@@ -633,11 +656,14 @@ class OpenAIAgentService:
             )
         return response
 
+    @property
+    def _lease_every_s(self) -> float:
+        return self._settings.chat_session_lease_s / 3
+
     async def _keep_lease(self, turn: Turn) -> None:
-        """Renew the session lease while a long turn runs, so only a dead process loses it."""
-        every = self._settings.chat_session_lease_s / 3
+        """Renew the session lease while a long turn runs, so only a dead process loses it;
+        the first renewal is due when this starts."""
         while True:
-            await asyncio.sleep(every)
             try:
                 async with self._database.autocommit() as db:
                     if not await turns.renew_lease(
@@ -650,6 +676,7 @@ class OpenAIAgentService:
                         return
             except DatabaseUnavailable:
                 logger.warning("could not renew the session lease")
+            await asyncio.sleep(self._lease_every_s)
 
     async def _release(self, turn: Turn) -> None:
         async with self._database.autocommit() as db:
@@ -668,6 +695,30 @@ class OpenAIAgentService:
     def _summary(self, turn: Turn, *, unreachable: bool = True) -> str:
         results = [result.result for result in turn.results]
         return _summary(results, called=bool(turn.calls), unreachable=unreachable)
+
+
+class _Heartbeat:
+    """`work` started as a task `after_s` from now, unless cancelled before."""
+
+    __slots__ = ("_task", "_timer", "_work")
+
+    def __init__(self, work: Coroutine[Any, Any, None], *, after_s: float) -> None:
+        self._work: Coroutine[Any, Any, None] | None = work
+        self._task: asyncio.Task[None] | None = None
+        self._timer = asyncio.get_running_loop().call_later(after_s, self._start)
+
+    def _start(self) -> None:
+        if self._work is not None:
+            self._task = asyncio.create_task(self._work)
+            self._work = None
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+        if self._work is not None:
+            self._work.close()  # never started: not "never awaited"
+            self._work = None
+        if self._task is not None:
+            self._task.cancel()
 
 
 async def _store_reply(
@@ -702,16 +753,30 @@ async def _riding_out_outages(
 ) -> T:
     """Run a database step of an accepted turn, retrying while the database is briefly
     away: the user message is already stored, so giving up would leave the turn half
-    answered. Each step is one transaction, so a retry never doubles an effect."""
+    answered. Each step is one transaction, so a retry never doubles an effect. The first
+    try runs bare; the retry machinery is only set up once it has failed."""
+    started = time.monotonic()
+    try:
+        return await step()
+    except DatabaseUnavailable:
+        if time.monotonic() - started > budget_s:
+            raise
+    await asyncio.sleep(_outage_pause(1))
     async for attempt in AsyncRetrying(
-        wait=lambda state: min(0.2 * 2**state.attempt_number, 2.0),
-        stop=lambda state: (state.seconds_since_start or 0.0) > budget_s,
+        # The first try ran before this loop: its attempt 1 is try 2.
+        wait=lambda state: _outage_pause(state.attempt_number + 1),
+        stop=lambda state: time.monotonic() - started > budget_s,
         retry=retry_if_exception_type(DatabaseUnavailable),
         reraise=True,
     ):
         with attempt:
             return await step()
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _outage_pause(tries: int) -> float:
+    """The pause after `tries` tries of a step that found the database away."""
+    return min(0.2 * 2.0**tries, 2.0)
 
 
 # The service's own rules: the same bytes for every user and turn, so that after the tool

@@ -51,11 +51,16 @@ async def current_user(
     """The signed-in user, who must be the one the path names; created on first sight."""
     if user_id != identity.user_id:
         raise UserMismatch()
+    await ensure_user(context, identity)
+    return identity
+
+
+async def ensure_user(context: AppContext, identity: Identity) -> None:
+    """Create the user on first sight (once per process; see KnownUsers)."""
     if identity.user_id not in context.known_users:
         async with context.database.transaction() as db:
             await upsert_user(db=db, identity=identity)
         context.known_users.add(identity.user_id)
-    return identity
 
 
 CurrentUser = Annotated[Identity, Depends(current_user)]

@@ -82,6 +82,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.max_request_bytes = settings.max_request_bytes
     install_error_handlers(app)
+    # Added before the CORS middleware, so that it runs inside it: see ChatFastPath.
+    app.add_middleware(chat.ChatFastPath)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

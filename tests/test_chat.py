@@ -350,3 +350,45 @@ async def test_tool_effects_survive_a_model_that_fails_after_them(
     assert answer["using_stub"] is True
     stored = await stored_messages(agent_client, answer["session_id"])
     assert stored[1]["tool_results"][0]["result"]["status"] == "created"
+
+
+async def test_the_plain_chat_and_the_routed_one_answer_alike(
+    agent_client: httpx.AsyncClient, model: FakeOpenAI
+) -> None:
+    """A plain chat request is answered by ChatFastPath, one with another content type by
+    the FastAPI route: the same status, headers and JSON, refusals included."""
+    model.default = reply("Hi!")
+
+    async def both(
+        body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> list[httpx.Response]:
+        answers = []
+        for content_type in ("application/json", "application/json; charset=utf-8"):
+            answers.append(
+                await agent_client.post(
+                    "/api/alice/chat",
+                    content=json.dumps(body),
+                    headers={"Content-Type": content_type, **(headers or auth("alice"))},
+                )
+            )
+        return answers
+
+    def shape(response: httpx.Response) -> tuple[int, list[str], Any]:
+        headers = sorted(k for k in response.headers if k != "x-request-id")
+        return response.status_code, headers, response.json()
+
+    plain, routed = await both({"message": "hello"})
+    assert plain.status_code == routed.status_code == 200
+    assert shape(plain)[:2] == shape(routed)[:2]
+    assert plain.json().keys() == routed.json().keys()
+    assert plain.json()["response"] == routed.json()["response"] == "Hi!"
+    for body, headers in [
+        ({"message": "hi", "session_id": "00000000-0000-0000-0000-000000000000"}, None),
+        ({"message": ""}, None),
+        ({"message": "hi", "timezone": "Mars/Olympus"}, None),
+        ({"message": "hi"}, {"Authorization": "Bearer nonsense"}),
+        ({"message": "hi"}, auth("bob")),
+    ]:
+        plain, routed = await both(body, headers)
+        assert plain.status_code in (401, 403, 404, 422)
+        assert shape(plain) == shape(routed), body

@@ -6,13 +6,14 @@ writes its samples there and a scrape of any worker aggregates all of them. With
 metrics live in process memory and a scrape reads them directly.
 """
 
+import functools
 import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -140,6 +141,13 @@ def failure_kind(reason: str) -> str:
     return reason
 
 
+@functools.cache
+def _child(metric: Any, *values: str) -> Any:
+    """The child of `metric` for these label values: `labels()` takes a lock and builds a
+    key on every call, and a turn records several. Label values here come from fixed sets."""
+    return metric.labels(*values)
+
+
 def record_model_call(
     *,
     seconds: float,
@@ -150,23 +158,23 @@ def record_model_call(
 ) -> None:
     """One model call: `outcome` is "ok" or the failure reason (rate_limited, http_503...).
     Cached tokens are the part of the prompt tokens the provider served from its cache."""
-    MODEL_CALLS.labels(failure_kind(outcome)).inc()
+    _child(MODEL_CALLS, failure_kind(outcome)).inc()
     MODEL_CALL_SECONDS.observe(seconds)
     if prompt_tokens:
-        TOKENS.labels("prompt").inc(prompt_tokens)
+        _child(TOKENS, "prompt").inc(prompt_tokens)
     if completion_tokens:
-        TOKENS.labels("completion").inc(completion_tokens)
+        _child(TOKENS, "completion").inc(completion_tokens)
     if cached_tokens:
-        TOKENS.labels("cached").inc(cached_tokens)
+        _child(TOKENS, "cached").inc(cached_tokens)
 
 
 def record_stub_fallback(reason: str) -> None:
-    STUB_FALLBACKS.labels(failure_kind(reason)).inc()
+    _child(STUB_FALLBACKS, failure_kind(reason)).inc()
 
 
 def record_tool_call(tool: str, *, ok: bool, via: Literal["agent", "mcp"] = "agent") -> None:
     """`tool` must come from a fixed set (the known tool names, or "unknown")."""
-    TOOL_CALLS.labels(tool, "ok" if ok else "error", via).inc()
+    _child(TOOL_CALLS, tool, "ok" if ok else "error", via).inc()
 
 
 @dataclass
@@ -188,7 +196,7 @@ def track_turn() -> Iterator[TrackedTurn]:
         yield tracked
     finally:
         CHAT_TURNS_IN_FLIGHT.dec()
-        CHAT_TURNS.labels(tracked.outcome).inc()
+        _child(CHAT_TURNS, tracked.outcome).inc()
         CHAT_TURN_SECONDS.observe(tracked.elapsed_s)
 
 

@@ -45,7 +45,7 @@ from backend.models.chat import ChatRequest, ChatResponse, ToolCallPublic, ToolR
 from backend.models.session import Usage
 from backend.services import idempotency, turns
 from backend.services.idempotency import Replay
-from backend.services.model_http import ModelHttpClient
+from backend.services.model_http import ModelHttpClient, completions_url
 from backend.services.stub import StubResponder
 from backend.services.tools import TOOL_NAMES, TodoTools, ToolResult, error
 from backend.services.turns import Opening
@@ -149,6 +149,9 @@ class OpenAIAgentService:
         self._settings = settings
         self._database = database
         self._client = client
+        # Absolute: the SDK parses a relative path and merges it into base_url on every
+        # call (a twentieth of its CPU per call); this is the URL that merge gives.
+        self._completions_url = completions_url(client) if client is not None else ""
         self._stub = stub or StubResponder()
         self._running: set[asyncio.Task[ChatResponse]] = set()
         self._chores: set[asyncio.Task[None]] = set()
@@ -578,12 +581,12 @@ class OpenAIAgentService:
         try:
             if turn.emit is None:
                 completion = await self._client.post(
-                    "/chat/completions", cast_to=bytes, content=orjson.dumps(body), options=_AUTH
+                    self._completions_url, cast_to=bytes, content=orjson.dumps(body), options=_AUTH
                 )
                 return _reply_from_completion(orjson.loads(completion))
             body |= {"stream": True, "stream_options": {"include_usage": True}}
             stream = await self._client.post(
-                "/chat/completions",
+                self._completions_url,
                 cast_to=ChatCompletion,
                 content=orjson.dumps(body),
                 options=_AUTH,

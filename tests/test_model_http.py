@@ -1,15 +1,19 @@
-"""ModelHttpClient builds the very request httpx would, for what the SDK sends."""
+"""ModelClient and ModelHttpClient send the very requests the SDK would, and read the same
+answers and errors, for what the agent sends."""
 
+import gzip
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
+import openai
 import pytest
 from aiohttp import web
 from openai import AsyncOpenAI, DefaultAioHttpClient
 from openai._models import FinalRequestOptions
 
-from backend.services.model_http import ModelHttpClient, completions_url
+from backend.services.model_http import ModelClient, ModelHttpClient, completions_url
 
 
 def _sent(request: httpx2.Request) -> tuple[Any, ...]:
@@ -22,70 +26,140 @@ def _sent(request: httpx2.Request) -> tuple[Any, ...]:
     )
 
 
+@pytest.mark.parametrize("retries_taken", [0, 2])
 @pytest.mark.parametrize(
     "options",
     [
         {"content": b'{"model": "m"}'},
+        {"url": "http://127.0.0.1:9/v1/chat/completions", "content": b"{}"},
         {"content": b"{}", "headers": {"X-Custom": "1", "Accept": "text/plain"}},
         {"content": b"{}", "timeout": 3.5},
         {"json_data": {"model": "m"}},
         {"content": b"{}", "params": {"api-version": "1"}},
+        {"content": b""},
     ],
 )
-async def test_the_sdk_requests_are_built_as_httpx_builds_them(options: dict[str, Any]) -> None:
+async def test_the_sdk_requests_are_built_as_the_sdk_builds_them(
+    options: dict[str, Any], retries_taken: int
+) -> None:
+    standard = AsyncOpenAI(
+        api_key="sk-test", base_url="http://127.0.0.1:9/v1", http_client=DefaultAioHttpClient()
+    )
+    lean = ModelClient(api_key="sk-test", base_url="http://127.0.0.1:9/v1", timeout=42.0)
+    standard.timeout = lean.timeout
     built = []
-    for http_client in (DefaultAioHttpClient(), ModelHttpClient()):
-        client = AsyncOpenAI(
-            api_key="sk-test", base_url="http://127.0.0.1:9/v1", http_client=http_client
-        )
+    for client in (standard, lean):
         request = FinalRequestOptions.construct(
-            method="post", url="/chat/completions", security={"bearer_auth": True}, **options
+            method="post",
+            **{"url": "/chat/completions", **options},
+            security={"bearer_auth": True},
         )
-        built.append(_sent(client._build_request(request)))
+        built.append(_sent(client._build_request(request, retries_taken=retries_taken)))
         await client.close()
-    standard, lean = built
-    assert lean == standard
+    assert built[1] == built[0]
 
 
-async def test_other_requests_are_left_to_httpx() -> None:
-    async with ModelHttpClient(base_url="http://127.0.0.1:9/") as client:
-        request = client.build_request("GET", httpx2.URL("/x"), params={"a": "1"})
-        assert str(request.url) == "http://127.0.0.1:9/x?a=1"
-        request = client.build_request("POST", "/y", json={"b": 2}, headers={"X-A": "1"})
-        assert request.content == b'{"b":2}'
-        assert request.headers["x-a"] == "1"
+@pytest.fixture(scope="module")
+async def model_api() -> AsyncIterator[str]:
+    """A model API that echoes what it was sent; `/gzip` answers compressed, `/moved`
+    redirects to `/v1/chat/completions`, `/fail` answers 503."""
 
+    async def echo(request: web.Request) -> web.Response:
+        sent = {
+            "path": request.path,
+            "headers": sorted((k.lower(), v) for k, v in request.headers.items()),
+            "body": (await request.read()).decode(),
+        }
+        return web.json_response(sent, headers={"X-Answer": "1"})
 
-async def test_a_redirect_is_followed_as_httpx_follows_it() -> None:
-    """The model API does not redirect; if it did, the request goes through httpx's own
-    redirect handling, as the SDK's client would send it."""
+    async def compressed(request: web.Request) -> web.Response:
+        body = gzip.compress(json.dumps({"zipped": True}).encode())
+        return web.Response(
+            body=body, headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}
+        )
 
     async def moved(_: web.Request) -> web.Response:
-        raise web.HTTPTemporaryRedirect("/v2/chat/completions")
+        raise web.HTTPTemporaryRedirect("/v1/chat/completions")
 
-    async def answer(request: web.Request) -> web.Response:
-        return web.json_response({"echo": (await request.read()).decode()})
+    async def fail(_: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": "busy"}}, status=503)
 
     app = web.Application()
-    app.router.add_post("/v1/chat/completions", moved)
-    app.router.add_post("/v2/chat/completions", answer)
+    app.router.add_post("/v1/chat/completions", echo)
+    app.router.add_post("/v1/gzip", compressed)
+    app.router.add_post("/v1/moved", moved)
+    app.router.add_post("/v1/fail", fail)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
+    yield f"http://127.0.0.1:{port}/v1"
+    await runner.cleanup()
+
+
+async def test_post_bytes_sends_what_post_sends(model_api: str) -> None:
+    standard = AsyncOpenAI(
+        api_key="sk-test", base_url=model_api, max_retries=0, http_client=DefaultAioHttpClient()
+    )
+    lean = ModelClient(api_key="sk-test", base_url=model_api, max_retries=0)
+    url = completions_url(lean)
+    posted = await standard.post(
+        url, cast_to=bytes, content=b'{"a": 1}', options={"security": {"bearer_auth": True}}
+    )
+    assert await lean.post_bytes(url, b'{"a": 1}') == posted
+    assert json.loads(posted)["body"] == '{"a": 1}'
+    await standard.close()
+    await lean.close()
+
+
+async def test_answers_are_read_as_the_sdk_reads_them(model_api: str) -> None:
+    """A compressed answer is decoded, a redirect followed (the model API sends none), and
+    an error status is the SDK's own error, with its response."""
+    standard = AsyncOpenAI(
+        api_key="sk-test", base_url=model_api, max_retries=0, http_client=DefaultAioHttpClient()
+    )
+    lean = ModelClient(api_key="sk-test", base_url=model_api, max_retries=0)
+    for path in ("/gzip", "/moved"):
+        expected = await standard.post(path, cast_to=bytes, content=b'{"a": 1}')
+        assert await lean.post_bytes(f"{model_api}{path}", b'{"a": 1}') == expected
+    with pytest.raises(openai.APIStatusError) as failure:
+        await lean.post_bytes(f"{model_api}/fail", b"{}")
+    assert failure.value.status_code == 503
+    assert failure.value.response.headers["content-type"].startswith("application/json")
+    await standard.close()
+    await lean.close()
+
+
+async def test_a_response_read_whole_is_the_response_the_transport_streams(
+    model_api: str,
+) -> None:
+    async with ModelHttpClient() as client:
+        request = client.build_request("POST", f"{model_api}/chat/completions", content=b"{}")
+        whole = await client.send(request)
+        streamed = await client.send(request, stream=True)
+        await streamed.aread()
+        for response in (whole, streamed):
+            assert response.request is request
+            assert response.http_version == "HTTP/1.1"
+            assert response.reason_phrase == "OK"
+        assert whole.status_code == streamed.status_code == 200
+        assert whole.headers["x-answer"] == "1"
+        assert whole.json() == streamed.json()
+
+
+async def test_a_refused_connection_is_the_sdk_s_connection_error() -> None:
+    for http_client in (DefaultAioHttpClient(), ModelHttpClient()):
         client = AsyncOpenAI(
             api_key="sk-test",
-            base_url=f"http://127.0.0.1:{port}/v1",
+            base_url="http://127.0.0.1:9/v1",
             max_retries=0,
-            http_client=ModelHttpClient(),
+            http_client=http_client,
         )
-        body = await client.post("/chat/completions", cast_to=bytes, content=b'{"a": 1}')
-        assert json.loads(body) == {"echo": '{"a": 1}'}
+        with pytest.raises(openai.APIConnectionError) as failure:
+            await client.post("/chat/completions", cast_to=bytes, content=b"{}")
+        assert type(failure.value.__cause__) is httpx2.ConnectTimeout
         await client.close()
-    finally:
-        await runner.cleanup()
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo
 
 import openai
 import orjson
-from openai import AsyncOpenAI, AsyncStream
+from openai import AsyncStream
 from openai._types import RequestOptions
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -45,7 +45,7 @@ from backend.models.chat import ChatRequest, ChatResponse, ToolCallPublic, ToolR
 from backend.models.session import Usage
 from backend.services import idempotency, turns
 from backend.services.idempotency import Replay
-from backend.services.model_http import ModelHttpClient, completions_url
+from backend.services.model_http import ModelClient, completions_url
 from backend.services.stub import StubResponder
 from backend.services.tools import TOOL_NAMES, TodoTools, ToolResult, error
 from backend.services.turns import Opening
@@ -62,7 +62,8 @@ _TRANSIENT_STATUS = frozenset({408, 409, 429})
 # `chat.completions.create` re-walks every message and tool schema against the SDK's
 # TypedDicts on each call (`maybe_transform`: most of a turn's CPU in profiles). Our bodies
 # are plain JSON already, so we post them through the SDK's own documented low-level
-# `post`, keeping its auth, timeouts and error types: encoded by orjson (the tool
+# `post` (or `ModelClient.post_bytes`, the same request for a whole answer), keeping its
+# auth, timeouts and error types: encoded by orjson (the tool
 # definitions once, as a fragment), and a whole answer read back with orjson rather than
 # built into the SDK's pydantic models field by field.
 _AUTH: RequestOptions = {"security": {"bearer_auth": True}}
@@ -143,7 +144,7 @@ class OpenAIAgentService:
         *,
         settings: Settings,
         database: Database,
-        client: AsyncOpenAI | None,
+        client: ModelClient | None,
         stub: StubResponder | None = None,
     ) -> None:
         self._settings = settings
@@ -160,15 +161,14 @@ class OpenAIAgentService:
     def from_settings(cls, settings: Settings, database: Database) -> "OpenAIAgentService":
         client = None
         if settings.openai_api_key:
-            client = AsyncOpenAI(
+            client = ModelClient(
                 api_key=settings.openai_api_key.get_secret_value(),
                 base_url=settings.openai_base_url,
                 timeout=settings.openai_timeout_s,
                 max_retries=0,  # retries are ours (tenacity), within a time budget
-                # The SDK's aiohttp client (DefaultAioHttpClient): the same SDK client, errors
-                # and timeouts, at less CPU per call than httpcore2 (bench/README.md), and
-                # building its requests with less work (see ModelHttpClient).
-                http_client=ModelHttpClient(),
+                # On the SDK's aiohttp client (DefaultAioHttpClient): the same SDK client,
+                # errors and timeouts, at less CPU per call than httpcore2, and building its
+                # requests with less work (model_http.py; bench/README.md).
             )
         return cls(settings=settings, database=database, client=client)
 
@@ -379,7 +379,8 @@ class OpenAIAgentService:
             heartbeat.cancel()
             if response is None:
                 self._background(self._release_later(turn))
-        turn.send("done", response.model_dump(mode="json"))
+        if turn.emit is not None:
+            turn.emit("done", response.model_dump(mode="json"))
         return response
 
     async def _answer(self, turn: Turn) -> tuple[str, bool]:
@@ -580,8 +581,8 @@ class OpenAIAgentService:
             body["temperature"] = settings.agent_temperature
         try:
             if turn.emit is None:
-                completion = await self._client.post(
-                    self._completions_url, cast_to=bytes, content=orjson.dumps(body), options=_AUTH
+                completion = await self._client.post_bytes(
+                    self._completions_url, orjson.dumps(body)
                 )
                 return _reply_from_completion(orjson.loads(completion))
             body |= {"stream": True, "stream_options": {"include_usage": True}}

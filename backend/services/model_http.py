@@ -1,89 +1,113 @@
-"""The HTTP client the openai SDK sends the model requests through.
+"""The openai SDK client the model requests go through, and the HTTP client under it.
 
-The SDK's own aiohttp client (`DefaultAioHttpClient`: its defaults, transport, timeouts and
-errors), doing less work per request where httpx repeats what the SDK already did:
+The SDK's own `AsyncOpenAI` on its own aiohttp client (`DefaultAioHttpClient`: its
+defaults, transport, timeouts, retries and errors), doing less work per request where the
+SDK and httpx repeat work already done. A no-tool turn is one model request, and these
+layers cost more CPU than the rest of the turn's own work (bench/README.md):
 
-- `build_request`: the SDK hands over a complete request (URL, headers, body, timeout),
-  and httpx parses the URL again and merges the headers through two more `Headers`
-  objects. For what the SDK sends (a string URL, a header list, a byte body, no query,
-  cookies or other extensions) the same `Request` is built directly: the merged URL parsed
-  once per distinct URL, the client's default headers merged as httpx merges them (the
-  request's own win, names compared case-insensitively).
-- `send`: a request the SDK reads whole goes straight to the transport, without httpx's
-  auth-flow, redirect and stream-wrapping layers, none of which does anything here.
+- `ModelClient._build_request`, the SDK's hook for building a request (the SDK's Azure
+  client overrides it too). For what the agent posts (bytes to an absolute URL, no query,
+  files or extra headers) the headers are still the SDK's own (`_build_headers`: auth,
+  platform, retry count, read timeout), but the URL is parsed and merged once per distinct
+  URL instead of three times per call, and the request is built straight from them, the
+  client's default headers merged as httpx merges them (the request's own win, names
+  compared case-insensitively).
+- `ModelClient.post_bytes`: the SDK's `request` with the options the SDK's `post` would
+  build, copied from a template instead of being constructed (and validated) again.
+- `ModelHttpClient.send`: a request the SDK reads whole goes straight to the transport,
+  without httpx's auth-flow, redirect and stream-wrapping layers, none of which does
+  anything here.
 
-Anything else goes through httpx's own methods. About 60 us less CPU per model call, an
-eighth of the SDK's (`python -m bench` profile; bench/README.md).
+Anything else goes through the SDK's and httpx's own methods, and tests check that both
+ways build the same request.
 """
 
+import ssl
 import time
 from datetime import timedelta
 from typing import Any
 
 import httpx2
+from aiohttp import ClientSession, ClientTimeout
 from httpx2 import USE_CLIENT_DEFAULT, Request, Response, Timeout
-from openai import AsyncOpenAI, DefaultAioHttpClient
+from openai import AsyncOpenAI, DefaultAioHttpClient, NotGiven
+from openai._models import FinalRequestOptions
+from openai._vendor.httpx_aiohttp.transport import AiohttpTransport, map_aiohttp_exceptions
+
+
+class ModelTransport(AiohttpTransport):
+    """The SDK's aiohttp transport, which can also send a request whose answer is read
+    whole (`read_whole`): the answer is read from aiohttp at once, instead of through the
+    streaming wrapper the SDK's transport returns, and what does not change from request to
+    request (the URL as text, the aiohttp timeout) is converted once."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._url: tuple[httpx2.URL, str] | None = None
+        self._timeouts: dict[tuple[Any, ...], ClientTimeout] = {}
+
+    async def read_whole(self, request: Request) -> Response:
+        """`handle_async_request`, then `aread`: the same request sent, the same errors."""
+        content = request.content
+        if self.proxy is not None or "sni_hostname" in request.extensions or not content:
+            response = await self.handle_async_request(request)
+            await response.aread()
+            return response
+        if not isinstance(self.client, ClientSession):
+            self.client = self.get_client()
+        if self._url is None or self._url[0] is not request.url:
+            self._url = (request.url, str(request.url))
+        timeout = request.extensions.get("timeout", {})
+        key = (timeout.get("connect"), timeout.get("read"), timeout.get("pool"))
+        if (client_timeout := self._timeouts.get(key)) is None:
+            client_timeout = self._timeouts[key] = ClientTimeout(
+                sock_connect=key[0], sock_read=key[1], connect=key[2]
+            )
+        encoding = request.headers.encoding
+        headers = [
+            (name.decode(encoding), value.decode(encoding)) for name, value in request.headers.raw
+        ]
+        with map_aiohttp_exceptions():
+            async with self.client.request(
+                method=request.method,
+                url=self._url[1],
+                headers=headers,
+                data=content,
+                allow_redirects=False,
+                auto_decompress=False,
+                compress=False,
+                timeout=client_timeout,
+            ) as answer:
+                body = await answer.read()
+        extensions = {"http_version": b"HTTP/1.1"}
+        if answer.reason:
+            extensions["reason_phrase"] = answer.reason.encode()
+        return Response(
+            answer.status,
+            headers=answer.raw_headers,
+            content=body,
+            request=request,
+            extensions=extensions,
+        )
 
 
 class ModelHttpClient(DefaultAioHttpClient):
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._urls: dict[str, httpx2.URL] = {}
-
-    def build_request(
+    def _init_transport(
         self,
-        method: str,
-        url: httpx2.URL | str,
-        *,
-        content: Any = None,
-        data: Any = None,
-        files: Any = None,
-        json: Any = None,
-        params: Any = None,
-        headers: Any = None,
-        cookies: Any = None,
-        timeout: Any = USE_CLIENT_DEFAULT,
-        extensions: Any = None,
-    ) -> Request:
-        if (
-            not isinstance(url, str)
-            or not isinstance(headers, list)
-            or not isinstance(content, bytes | None)
-            or data is not None
-            or files is not None
-            or json is not None
-            or params
-            or cookies
-            or extensions is not None
-            or self.params
-            or self.cookies
-        ):
-            return super().build_request(
-                method,
-                url,
-                content=content,
-                data=data,
-                files=files,
-                json=json,
-                params=params,
-                headers=headers,
-                cookies=cookies,
-                timeout=timeout,
-                extensions=extensions,
-            )
-        merged_url = self._urls.get(url)
-        if merged_url is None:
-            merged_url = self._urls[url] = self._merge_url(url)
-        given = {name.lower() for name, _ in headers}
-        merged = [(name, value) for name, value in self.headers.multi_items() if name not in given]
-        merged.extend(headers)
-        chosen = self.timeout if timeout is USE_CLIENT_DEFAULT else Timeout(timeout)
-        return Request(
-            method,
-            merged_url,
-            content=content,
-            headers=merged,
-            extensions={"timeout": chosen.as_dict()},
+        verify: ssl.SSLContext | str | bool = True,
+        cert: Any = None,
+        trust_env: bool = True,
+        http1: bool = True,
+        http2: bool = False,
+        limits: httpx2.Limits = httpx2.Limits(max_connections=100, max_keepalive_connections=20),
+        transport: httpx2.AsyncBaseTransport | None = None,
+        **kwargs: Any,
+    ) -> httpx2.AsyncBaseTransport:
+        """The SDK's aiohttp transport, as `ModelTransport` (a given transport is kept)."""
+        if transport is not None:
+            return transport
+        return ModelTransport(
+            verify=verify, cert=cert, trust_env=trust_env, http1=http1, http2=http2, limits=limits
         )
 
     async def send(
@@ -112,19 +136,91 @@ class ModelHttpClient(DefaultAioHttpClient):
         if self.is_closed:
             raise RuntimeError("Cannot send a request, as the client has been closed.")
         started = time.perf_counter()
-        response = await self._transport_for_url(request.url).handle_async_request(request)
-        response.request = request
-        try:
-            if response.has_redirect_location:
+        transport = self._transport_for_url(request.url)
+        if isinstance(transport, ModelTransport):
+            response = await transport.read_whole(request)
+        else:
+            response = await transport.handle_async_request(request)
+            try:
+                await response.aread()
+            except BaseException:
                 await response.aclose()
-                return await super().send(request, auth=auth, follow_redirects=follow_redirects)
-            response.default_encoding = self._default_encoding
-            await response.aread()
-        except BaseException:
-            await response.aclose()
-            raise
+                raise
+        response.request = request
+        response.default_encoding = self._default_encoding
+        if response.has_redirect_location:
+            return await super().send(request, auth=auth, follow_redirects=follow_redirects)
         response.elapsed = timedelta(seconds=time.perf_counter() - started)
         return response
+
+
+class ModelClient(AsyncOpenAI):
+    """`AsyncOpenAI` on a `ModelHttpClient` (unless given another), building the requests
+    it sends with less work: see the module's docstring."""
+
+    @property
+    def user_agent(self) -> str:
+        return f"AsyncOpenAI/Python {self._version}"  # as the SDK's own client says
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("http_client", ModelHttpClient())
+        super().__init__(**kwargs)
+        self._merged_urls: dict[str, httpx2.URL] = {}
+        self._default_timeout: tuple[object, dict[str, Any]] | None = None
+        self._post_options = FinalRequestOptions.construct(
+            method="post", url="", security={"bearer_auth": True}
+        )
+
+    async def post_bytes(self, url: str, content: bytes) -> bytes:
+        """`post(url, cast_to=bytes, content=content, options={"security": {"bearer_auth":
+        True}})`: the answer's body, with the SDK's retries, timeouts and errors."""
+        options = self._post_options.model_copy(update={"url": url, "content": content})
+        return await self.request(bytes, options)
+
+    def _build_request(
+        self, options: FinalRequestOptions, *, retries_taken: int = 0
+    ) -> httpx2.Request:
+        content = options.content
+        http = self._client
+        if (
+            options.method != "post"
+            or not isinstance(content, bytes)
+            or options.json_data is not None
+            or options.extra_json is not None
+            or options.files is not None
+            or not isinstance(options.headers, NotGiven)
+            or not isinstance(options.timeout, NotGiven)
+            or options.params
+            or self.default_query
+            or self._auth_query(options.security)
+            or self._custom_headers
+            or not isinstance(http, ModelHttpClient)
+            or http.params
+            or http.cookies
+        ):
+            return super()._build_request(options, retries_taken=retries_taken)
+        url = self._merged_urls.get(options.url)
+        if url is None:
+            url = self._merged_urls[options.url] = http._merge_url(
+                str(self._prepare_url(options.url))
+            )
+        # The client's defaults updated with the SDK's headers, as httpx merges them (those
+        # the SDK sets too, names compared case-insensitively, give way to the SDK's).
+        headers = self._build_headers(options, retries_taken=retries_taken).raw
+        given = {name.lower() for name, _ in headers}
+        merged = [(name, value) for name, value in http.headers.raw if name.lower() not in given]
+        merged.extend(headers)
+        return Request(
+            "post", url, content=content, headers=merged, extensions={"timeout": self._timeout()}
+        )
+
+    def _timeout(self) -> dict[str, Any]:
+        """The client's timeout as httpx hands it to the transport (`Timeout.as_dict`)."""
+        timeout = self.timeout
+        if self._default_timeout is None or self._default_timeout[0] is not timeout:
+            as_dict = Timeout(timeout).as_dict()
+            self._default_timeout = (timeout, as_dict)
+        return dict(self._default_timeout[1])
 
 
 def completions_url(client: AsyncOpenAI) -> str:

@@ -1,9 +1,17 @@
 """A chat turn's SQL does not grow with the conversation (the benchmark times it; this
 counts it, from the engine's statement events)."""
 
+import json
+import uuid
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
 import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend import metrics
+from backend.services import turns
 from tests.chat_helpers import chat
 from tests.fake_openai import FakeOpenAI
 
@@ -31,3 +39,72 @@ async def test_a_no_tool_turn_costs_the_same_few_statements_at_any_history_lengt
         await _statements_per_turn(agent_client, long),
     }
     assert counts == {2}  # the start of the turn, then the reply
+
+
+def _rows_read(plan: dict[str, Any], table: str) -> float:
+    """Rows the plan's scans of `table` returned, over all their loops."""
+    own = plan["Actual Rows"] * plan["Actual Loops"] if plan.get("Relation Name") == table else 0
+    return own + sum(_rows_read(child, table) for child in plan.get("Plans", ()))
+
+
+@pytest.mark.parametrize("guess", ["measured", "short sessions, many users, slow disks"])
+async def test_the_history_read_does_not_grow_with_the_session_whatever_the_planner_guesses(
+    engine: AsyncEngine, database_url: str, guess: str
+) -> None:
+    """The turn's statement is prepared once and may run on a generic plan, which cannot
+    know which session it reads, nor how long that session is: the planner guesses from
+    the table's statistics and costs. Told sessions are short (2 messages on average),
+    users many (100 messages each) and random reads dear, `ORDER BY seq DESC LIMIT n` read
+    the whole session and sorted it (as a generic plan did in the benchmark's database:
+    5 ms at 10,000 messages); the history is read by index probes either way."""
+    statement = turns._OPEN_TURN_STATEMENTS[("session", False)]
+    session = uuid.uuid4()
+    limit = 19
+    values = {
+        "owner": "'hist'",
+        "session": f"'{session}'",
+        "message": f"'{uuid.uuid4()}'",
+        "turn": f"'{uuid.uuid4()}'",
+        "content": "'one more'",
+        "timezone": "NULL",
+        "tau": "60",
+        "interval": "0",
+        "lease": "30",
+        "limit": str(limit),
+    }
+    connection = await asyncpg.connect(database_url.replace("+asyncpg", ""))
+    arranged = connection.transaction()  # all of it rolled back: statistics, settings, rows
+    await arranged.start()
+    try:
+        await connection.execute("INSERT INTO users (id) VALUES ('hist')")
+        await connection.execute(
+            "INSERT INTO agent_sessions (id, user_id, title) VALUES ($1, 'hist', 'long')", session
+        )
+        await connection.execute(
+            """INSERT INTO agent_messages (id, session_id, user_id, role, content)
+               SELECT gen_random_uuid(), $1, 'hist',
+                      CASE WHEN i % 2 = 0 THEN 'assistant' ELSE 'user' END, 'message ' || i
+               FROM generate_series(1, 3000) AS i""",
+            session,
+        )
+        if guess != "measured":
+            for column, distinct in (("session_id", -0.5), ("user_id", -0.01)):
+                await connection.execute(
+                    f"ALTER TABLE agent_messages ALTER COLUMN {column} "
+                    f"SET (n_distinct = {distinct})"
+                )
+            await connection.execute("SET LOCAL random_page_cost = 40")
+        await connection.execute("ANALYZE agent_messages")
+        await connection.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        await connection.execute(f"PREPARE open_turn AS {statement.sql}")
+        arguments = ", ".join(values[name] for name in statement.names)
+        [explained] = json.loads(
+            await connection.fetchval(
+                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE open_turn({arguments})"
+            )
+        )
+    finally:
+        await arranged.rollback()
+        await connection.close()
+    # A probe for each of the `limit` messages, and one for the newest's number.
+    assert _rows_read(explained["Plan"], "agent_messages") <= 2 * limit + 1

@@ -71,8 +71,13 @@ class Opening:
 #  admitted: if the session was taken, count the turn and remember the user's timezone.
 #  added:    and store the user message.
 # Then the history: the latest messages before this one (the statement's snapshot does not
-# see the row it inserts), newest first, by one index range scan on (session_id, seq) whose
-# cost does not grow with the session. Refused turns change nothing.
+# see the row it inserts), newest first, walked back one index probe on (session_id, seq)
+# per message, so its cost does not grow with the session. (Not `ORDER BY seq DESC LIMIT n`:
+# the planner cannot know which session `lease` picks, so it plans for a session of average
+# length, and when those are short it reads the whole session and sorts it, 5 ms at 10,000
+# messages. A probe for one row is the cheapest plan whatever it guesses; and the probes
+# name no user, which the planner would count as a second filter shrinking its guess: the
+# session is the user's, as `lease` took it by its id and user.) Refused turns change nothing.
 # The user's name and timezone, and GCRA's gate (see below), for every statement that
 # admits work against the user's rate limit.
 _GATE_COLUMNS = """COALESCE(display_name, name) AS name, timezone,
@@ -98,9 +103,26 @@ _OPEN_TURN = """
            (SELECT id FROM lease) AS session_id,
            {found} AS session_found,
            (SELECT COALESCE(json_agg(h ORDER BY h.seq), '[]') FROM (
-                SELECT seq, id, role, content, tool_calls, tool_results FROM agent_messages
-                WHERE session_id = (SELECT id FROM lease) AND user_id = :owner
-                ORDER BY seq DESC LIMIT :limit
+                WITH RECURSIVE back AS (
+                    SELECT 1 AS n, seq, id, role, content, tool_calls, tool_results
+                    FROM agent_messages
+                    WHERE session_id = (SELECT id FROM lease) AND :limit > 0
+                      AND seq = (SELECT max(seq) FROM agent_messages
+                                 WHERE session_id = (SELECT id FROM lease))
+                    UNION ALL
+                    SELECT back.n + 1, earlier.*
+                    FROM back, LATERAL (
+                        SELECT seq, id, role, content, tool_calls, tool_results
+                        FROM agent_messages
+                        WHERE session_id = (SELECT id FROM lease)
+                          AND seq = (SELECT max(seq) FROM agent_messages
+                                     WHERE session_id = (SELECT id FROM lease)
+                                       AND seq < back.seq)
+                        LIMIT 1
+                    ) AS earlier
+                    WHERE back.n < :limit
+                )
+                SELECT seq, id, role, content, tool_calls, tool_results FROM back
            ) AS h) AS history
     FROM gate
 """

@@ -11,6 +11,7 @@ No database connection is held while the model thinks.
 """
 
 import asyncio
+import functools
 import json
 import logging
 import random
@@ -825,10 +826,18 @@ def user_context(
 ) -> str:
     """Who the user is and when it is for them, with their own preferences, quoted."""
     local = (now or datetime.now(UTC)).astimezone(tz)
+    return _user_context(name, tz, instructions, local.replace(second=0, microsecond=0))
+
+
+@functools.lru_cache(maxsize=1024)
+def _user_context(
+    name: str | None, tz: ZoneInfo, instructions: str | None, minute: datetime
+) -> str:
+    """The same for a minute: formatted once, then reused by the user's turns in it."""
     user = json.dumps(name, ensure_ascii=False) if name else "the user"
     context = (
         f"You are talking to {user}. The current date and time for them is "
-        f"{local:%A %Y-%m-%d %H:%M} ({tz.key})."
+        f"{minute:%A %Y-%m-%d %H:%M} ({tz.key})."
     )
     if instructions:
         # Quoted as a JSON string: their words cannot pose as the service's own text.

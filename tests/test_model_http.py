@@ -42,21 +42,37 @@ def _sent(request: httpx2.Request) -> tuple[Any, ...]:
 async def test_the_sdk_requests_are_built_as_the_sdk_builds_them(
     options: dict[str, Any], retries_taken: int
 ) -> None:
+    """Also after the client's key, organization or timeout change: what the lean client
+    built before is not reused for them."""
     standard = AsyncOpenAI(
         api_key="sk-test", base_url="http://127.0.0.1:9/v1", http_client=DefaultAioHttpClient()
     )
     lean = ModelClient(api_key="sk-test", base_url="http://127.0.0.1:9/v1", timeout=42.0)
     standard.timeout = lean.timeout
-    built = []
-    for client in (standard, lean):
-        request = FinalRequestOptions.construct(
-            method="post",
-            **{"url": "/chat/completions", **options},
-            security={"bearer_auth": True},
-        )
-        built.append(_sent(client._build_request(request, retries_taken=retries_taken)))
-        await client.close()
-    assert built[1] == built[0]
+    changes: list[dict[str, Any]] = [
+        {},
+        {"api_key": "sk-other"},
+        {"organization": "org-1"},
+        {"timeout": httpx2.Timeout(7.0, connect=2.0)},
+    ]
+    for change in changes:
+        for client in (standard, lean):
+            for name, value in change.items():
+                setattr(client, name, value)
+        built = [
+            _sent(client._build_request(_options(options), retries_taken=retries_taken))
+            for client in (standard, lean, lean)
+        ]
+        assert built[1] == built[0], change
+        assert built[2] == built[0], change
+    await standard.close()
+    await lean.close()
+
+
+def _options(options: dict[str, Any]) -> FinalRequestOptions:
+    return FinalRequestOptions.construct(
+        method="post", **{"url": "/chat/completions", **options}, security={"bearer_auth": True}
+    )
 
 
 @pytest.fixture(scope="module")

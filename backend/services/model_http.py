@@ -32,6 +32,7 @@ from aiohttp import ClientSession, ClientTimeout
 from httpx2 import USE_CLIENT_DEFAULT, Request, Response, Timeout
 from openai import AsyncOpenAI, DefaultAioHttpClient, NotGiven
 from openai._models import FinalRequestOptions
+from openai._utils import get_async_library
 from openai._vendor.httpx_aiohttp.transport import AiohttpTransport, map_aiohttp_exceptions
 
 
@@ -166,6 +167,7 @@ class ModelClient(AsyncOpenAI):
         kwargs.setdefault("http_client", ModelHttpClient())
         super().__init__(**kwargs)
         self._merged_urls: dict[str, httpx2.URL] = {}
+        self._built_headers: dict[tuple[Any, ...], httpx2.Headers] = {}
         self._default_timeout: tuple[object, dict[str, Any]] | None = None
         self._post_options = FinalRequestOptions.construct(
             method="post", url="", security={"bearer_auth": True}
@@ -204,15 +206,47 @@ class ModelClient(AsyncOpenAI):
             url = self._merged_urls[options.url] = http._merge_url(
                 str(self._prepare_url(options.url))
             )
-        # The client's defaults updated with the SDK's headers, as httpx merges them (those
-        # the SDK sets too, names compared case-insensitively, give way to the SDK's).
-        headers = self._build_headers(options, retries_taken=retries_taken).raw
-        given = {name.lower() for name, _ in headers}
-        merged = [(name, value) for name, value in http.headers.raw if name.lower() not in given]
-        merged.extend(headers)
         return Request(
-            "post", url, content=content, headers=merged, extensions={"timeout": self._timeout()}
+            "post",
+            url,
+            content=content,
+            headers=self._headers(options, retries_taken, http),
+            extensions={"timeout": self._timeout()},
         )
+
+    def _headers(
+        self, options: FinalRequestOptions, retries_taken: int, http: httpx2.AsyncClient
+    ) -> httpx2.Headers:
+        """The SDK's headers (`_build_headers`) under the client's defaults, as httpx merges
+        them (those the SDK sets too, names compared case-insensitively, give way to the
+        SDK's). Built once for what they are made of: the SDK's headers come from the
+        client's keys, organization, project, timeout, the async library and the retry
+        count, and the client's own defaults; a key that a provider refreshes or an
+        identity signs is never cached."""
+        key = None
+        if self._provider_runtime is None and self._api_key_provider is None:
+            key = (
+                retries_taken,
+                tuple(options.security.items()),
+                self.api_key,
+                self.admin_api_key,
+                self.organization,
+                self.project,
+                tuple(self._timeout().values()),
+                get_async_library(),
+                tuple(http.headers.raw),
+            )
+            if (cached := self._built_headers.get(key)) is not None:
+                return cached
+        built = self._build_headers(options, retries_taken=retries_taken).raw
+        given = {name.lower() for name, _ in built}
+        merged = [(name, value) for name, value in http.headers.raw if name.lower() not in given]
+        headers = httpx2.Headers([*merged, *built])
+        if key is not None:
+            if len(self._built_headers) >= 64:
+                self._built_headers.clear()
+            self._built_headers[key] = headers
+        return headers
 
     def _timeout(self) -> dict[str, Any]:
         """The client's timeout as httpx hands it to the transport (`Timeout.as_dict`)."""

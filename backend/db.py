@@ -47,8 +47,12 @@ def is_database_unavailable(error: BaseException) -> bool:
         sqlstate = getattr(seen, "sqlstate", None)
         if isinstance(sqlstate, str) and sqlstate.startswith(_UNAVAILABLE_SQLSTATES):
             return True
+        # asyncpg's own: a lost or closed connection, and a connection whose protocol was
+        # not idle when a statement began (InternalClientError): the server pushed its
+        # "terminating connection" onto the idle connection as it shut down.
         if type(seen).__module__.startswith("asyncpg") and (
-            "Connection" in type(seen).__name__ or type(seen).__name__ == "InterfaceError"
+            "Connection" in type(seen).__name__
+            or type(seen).__name__ in ("InterfaceError", "InternalClientError")
         ):
             return True
         seen = getattr(seen, "orig", None) or seen.__cause__

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from backend.db import Database, Statement
+from backend.errors import DatabaseUnavailable
 from backend.settings import Settings
 
 _PID = Statement(text("SELECT pg_backend_pid() AS pid, CAST(:n AS int) + 1 AS next"))
@@ -86,5 +87,32 @@ async def test_an_error_of_the_caller_inside_the_block_keeps_the_connection(
                 raise LookupError("no such session")
         async with database.raw() as db:
             assert (await db.fetchrow(_PID, {"n": 0}))["pid"] == pids[0]
+    finally:
+        await database.dispose()
+
+
+@pytest.mark.parametrize("pause_s", [0.0, 0.001, 0.05])
+async def test_a_connection_the_server_ends_while_idle_is_unavailable_then_replaced(
+    make_settings: Callable[..., Settings], database_url: str, pause_s: float
+) -> None:
+    """A server that shuts down sends "terminating connection" (57P01) to its idle
+    connections. Depending on when the next statement starts, asyncpg reports it as that
+    error, as a closed connection, or as a protocol that is not idle: each is a 503
+    (DatabaseUnavailable), never a 500, and the next statement gets a new connection."""
+    database = Database(make_settings(db_pool_size=1))
+    try:
+        async with database.raw() as db:
+            pid = (await db.fetchrow(_PID, {"n": 0}))["pid"]
+        terminator = await asyncpg.connect(database_url.replace("+asyncpg", ""))
+        try:
+            assert await terminator.fetchval("SELECT pg_terminate_backend($1)", pid)
+        finally:
+            await terminator.close()
+        await asyncio.sleep(pause_s)
+        with pytest.raises(DatabaseUnavailable):
+            async with database.raw() as db:
+                await db.fetchrow(_PID, {"n": 0})
+        async with database.raw() as db:
+            assert (await db.fetchrow(_PID, {"n": 0}))["pid"] != pid
     finally:
         await database.dispose()

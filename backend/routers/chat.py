@@ -125,7 +125,8 @@ class ChatFastPath:
     its body replayed: another method or path, a root path, no bearer token, another
     content type, no Content-Length, an Idempotency-Key, a body that does not validate, a
     token that does not verify or names another user: the route answers those, with its
-    own errors. The refusals `begin` raises are answered by the app's handler for them."""
+    own errors. What `begin` refuses and how a turn fails (`DomainError`s) are answered as the
+    app's handler for them answers them."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -202,8 +203,11 @@ class ChatFastPath:
         except DomainError as refused:
             return error_response(refused)
         assert not isinstance(turn, Replay)  # only with an Idempotency-Key
-        # Shielded: if the client goes away, the turn still completes and is stored.
-        answer = await asyncio.shield(context.agent.start(turn))
+        try:
+            # Shielded: if the client goes away, the turn still completes and is stored.
+            answer = await asyncio.shield(context.agent.start(turn))
+        except DomainError as failed:  # e.g. the database stayed away longer than the turn
+            return error_response(failed)
         return answer.__pydantic_serializer__.to_json(answer)
 
     def _chat_route(self, scope: Scope) -> Any:

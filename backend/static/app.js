@@ -428,6 +428,9 @@ async function showSteps(item, task) {
   } catch (error) {
     showError(error);
   }
+  // Redrawn again while the steps were on their way: the newer drawing restores the focus
+  // and what was being typed; this one, no longer on the page, must not use them up.
+  if (!item.isConnected) return;
   const input = el("input", {
     attrs: {
       "aria-label": `New step for task ${task.number}`,

@@ -7,16 +7,15 @@ layers cost more CPU than the rest of the turn's own work (bench/README.md):
 
 - `ModelClient._build_request`, the SDK's hook for building a request (the SDK's Azure
   client overrides it too). For what the agent posts (bytes to an absolute URL, no query,
-  files or extra headers) the headers are still the SDK's own (`_build_headers`: auth,
-  platform, retry count, read timeout), but the URL is parsed and merged once per distinct
-  URL instead of three times per call, and the request is built straight from them, the
-  client's default headers merged as httpx merges them (the request's own win, names
-  compared case-insensitively).
+  files or extra headers) the URL is parsed and merged once per distinct URL instead of
+  three times per call, and the headers are the SDK's own (`_build_headers`: auth,
+  platform, retry count, read timeout) under the client's defaults, merged as httpx merges
+  them, built once for what they are made of (never for a key a provider refreshes).
 - `ModelClient.post_bytes`: the SDK's `request` with the options the SDK's `post` would
   build, copied from a template instead of being constructed (and validated) again.
 - `ModelHttpClient.send`: a request the SDK reads whole goes straight to the transport,
   without httpx's auth-flow, redirect and stream-wrapping layers, none of which does
-  anything here.
+  anything here; `ModelTransport.read_whole` reads its answer from aiohttp at once.
 
 Anything else goes through the SDK's and httpx's own methods, and tests check that both
 ways build the same request.

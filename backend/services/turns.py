@@ -71,13 +71,14 @@ class Opening:
 #  admitted: if the session was taken, count the turn and remember the user's timezone.
 #  added:    and store the user message.
 # Then the history: the latest messages before this one (the statement's snapshot does not
-# see the row it inserts), newest first, walked back one index probe on (session_id, seq)
-# per message, so its cost does not grow with the session. (Not `ORDER BY seq DESC LIMIT n`:
-# the planner cannot know which session `lease` picks, so it plans for a session of average
-# length, and when those are short it reads the whole session and sorts it, 5 ms at 10,000
-# messages. A probe for one row is the cheapest plan whatever it guesses; and the probes
-# name no user, which the planner would count as a second filter shrinking its guess: the
-# session is the user's, as `lease` took it by its id and user.) Refused turns change nothing.
+# see the row it inserts), newest first, walked back a message at a time: the `max(seq)`
+# below the last one, then that row, each a probe of the (session_id, seq) index, so its
+# cost does not grow with the session. (Not `ORDER BY seq DESC LIMIT n`: the planner cannot
+# know which session `lease` picks, so it plans for a session of average length, and when
+# those are short it reads the whole session and sorts it, 5 ms at 10,000 messages. A probe
+# is the cheapest plan whatever it guesses; and the probes name no user, which the planner
+# would count as a second filter shrinking its guess: the session is the user's, as `lease`
+# took it by its id and user.) Refused turns change nothing.
 # The user's name and timezone, and GCRA's gate (see below), for every statement that
 # admits work against the user's rate limit.
 _GATE_COLUMNS = """COALESCE(display_name, name) AS name, timezone,

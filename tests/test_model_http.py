@@ -13,7 +13,7 @@ from aiohttp import web
 from openai import AsyncOpenAI, DefaultAioHttpClient
 from openai._models import FinalRequestOptions
 
-from backend.services.model_http import ModelClient, ModelHttpClient, completions_url
+from backend.services.model_http import ModelClient, ModelHttpClient
 
 
 def _sent(request: httpx2.Request) -> tuple[Any, ...]:
@@ -119,7 +119,7 @@ async def test_post_bytes_sends_what_post_sends(model_api: str) -> None:
         api_key="sk-test", base_url=model_api, max_retries=0, http_client=DefaultAioHttpClient()
     )
     lean = ModelClient(api_key="sk-test", base_url=model_api, max_retries=0)
-    url = completions_url(lean)
+    url = "/chat/completions"
     posted = await standard.post(
         url, cast_to=bytes, content=b'{"a": 1}', options={"security": {"bearer_auth": True}}
     )
@@ -187,6 +187,11 @@ async def test_a_refused_connection_is_the_sdk_s_connection_error() -> None:
         "https://example.test/openai/deployments/x?api-version=2024-10-21",
     ],
 )
-def test_the_completions_url_is_the_one_the_sdk_would_merge(base_url: str) -> None:
-    client = AsyncOpenAI(api_key="sk-test", base_url=base_url)
-    assert completions_url(client) == str(client._prepare_url("/chat/completions"))
+async def test_a_relative_url_is_merged_into_base_url_as_the_sdk_merges_it(base_url: str) -> None:
+    standard = AsyncOpenAI(api_key="sk-test", base_url=base_url, http_client=DefaultAioHttpClient())
+    lean = ModelClient(api_key="sk-test", base_url=base_url)
+    options = {"content": b"{}"}
+    built = [str(client._build_request(_options(options)).url) for client in (standard, lean, lean)]
+    assert built[1] == built[2] == built[0]
+    await standard.close()
+    await lean.close()

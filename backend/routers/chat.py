@@ -200,14 +200,11 @@ class ChatFastPath:
         try:
             await ensure_user(context, identity)
             turn = await context.agent.begin(identity=identity, request=request)
-        except DomainError as refused:
-            return error_response(refused)
-        assert not isinstance(turn, Replay)  # only with an Idempotency-Key
-        try:
+            assert not isinstance(turn, Replay)  # only with an Idempotency-Key
             # Shielded: if the client goes away, the turn still completes and is stored.
             answer = await asyncio.shield(context.agent.start(turn))
-        except DomainError as failed:  # e.g. the database stayed away longer than the turn
-            return error_response(failed)
+        except DomainError as refused:  # refused, or the turn failed (the database away)
+            return error_response(refused)
         return answer.__pydantic_serializer__.to_json(answer)
 
     def _chat_route(self, scope: Scope) -> Any:

@@ -46,7 +46,7 @@ from backend.models.chat import ChatRequest, ChatResponse, ToolCallPublic, ToolR
 from backend.models.session import Usage
 from backend.services import idempotency, turns
 from backend.services.idempotency import Replay
-from backend.services.model_http import ModelClient, completions_url
+from backend.services.model_http import ModelClient
 from backend.services.stub import StubResponder
 from backend.services.tools import TOOL_NAMES, TodoTools, ToolResult, error
 from backend.services.turns import Opening
@@ -68,6 +68,7 @@ _TRANSIENT_STATUS = frozenset({408, 409, 429})
 # definitions once, as a fragment), and a whole answer read back with orjson rather than
 # built into the SDK's pydantic models field by field.
 _AUTH: RequestOptions = {"security": {"bearer_auth": True}}
+_COMPLETIONS = "/chat/completions"  # under base_url, merged once by ModelClient
 # How long an accepted turn keeps retrying a database step through an outage.
 OUTAGE_BUDGET_S = 10.0
 T = TypeVar("T")
@@ -151,9 +152,6 @@ class OpenAIAgentService:
         self._settings = settings
         self._database = database
         self._client = client
-        # Absolute: the SDK parses a relative path and merges it into base_url on every
-        # call (a twentieth of its CPU per call); this is the URL that merge gives.
-        self._completions_url = completions_url(client) if client is not None else ""
         self._stub = stub or StubResponder()
         self._running: set[asyncio.Task[ChatResponse]] = set()
         self._chores: set[asyncio.Task[None]] = set()
@@ -582,13 +580,11 @@ class OpenAIAgentService:
             body["temperature"] = settings.agent_temperature
         try:
             if turn.emit is None:
-                completion = await self._client.post_bytes(
-                    self._completions_url, orjson.dumps(body)
-                )
+                completion = await self._client.post_bytes(_COMPLETIONS, orjson.dumps(body))
                 return _reply_from_completion(orjson.loads(completion))
             body |= {"stream": True, "stream_options": {"include_usage": True}}
             stream = await self._client.post(
-                self._completions_url,
+                _COMPLETIONS,
                 cast_to=ChatCompletion,
                 content=orjson.dumps(body),
                 options=_AUTH,

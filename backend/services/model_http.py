@@ -205,16 +205,21 @@ class ModelClient(AsyncOpenAI):
             url = self._merged_urls[options.url] = http._merge_url(
                 str(self._prepare_url(options.url))
             )
+        timeout = self._timeout()  # as httpx hands it to the transport
         return Request(
             "post",
             url,
             content=content,
-            headers=self._headers(options, retries_taken, http),
-            extensions={"timeout": self._timeout()},
+            headers=self._headers(options, retries_taken, http, timeout),
+            extensions={"timeout": timeout},
         )
 
     def _headers(
-        self, options: FinalRequestOptions, retries_taken: int, http: httpx2.AsyncClient
+        self,
+        options: FinalRequestOptions,
+        retries_taken: int,
+        http: httpx2.AsyncClient,
+        timeout: dict[str, Any],
     ) -> httpx2.Headers:
         """The SDK's headers (`_build_headers`) under the client's defaults, as httpx merges
         them (those the SDK sets too, names compared case-insensitively, give way to the
@@ -231,7 +236,7 @@ class ModelClient(AsyncOpenAI):
                 self.admin_api_key,
                 self.organization,
                 self.project,
-                tuple(self._timeout().values()),
+                tuple(timeout.values()),
                 get_async_library(),
                 tuple(http.headers.raw),
             )
@@ -254,10 +259,3 @@ class ModelClient(AsyncOpenAI):
             as_dict = Timeout(timeout).as_dict()
             self._default_timeout = (timeout, as_dict)
         return dict(self._default_timeout[1])
-
-
-def completions_url(client: AsyncOpenAI) -> str:
-    """The chat completions endpoint under the client's base_url, merged as the SDK merges
-    a relative path (httpx's `_merge_url`: appended to the base path, which ends in '/')."""
-    base = client.base_url
-    return str(base.copy_with(raw_path=base.raw_path + b"chat/completions"))

@@ -7,8 +7,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -103,6 +104,20 @@ class ServerProcess:
                 self.stop(timeout_s=15)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+@contextmanager
+def server_processes(
+    env: Mapping[str, str], logs: Path, names: Sequence[str]
+) -> Iterator[list[ServerProcess]]:
+    """One `todo-agent serve` per name, on one environment, each logging to `logs/NAME.log`;
+    not started here (see `start_all`), and all killed at the end."""
+    servers = [ServerProcess(env, log=logs / f"{name}.log") for name in names]
+    try:
+        yield servers
+    finally:
+        for server in servers:
+            server.kill()
 
 
 def start_all(servers: Sequence[ServerProcess]) -> None:

@@ -3,7 +3,7 @@ only when it is broken."""
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
@@ -33,86 +33,76 @@ async def test_raw_statements_are_counted_and_bind_named_parameters(
         await database.dispose()
 
 
-async def test_an_error_the_server_answers_keeps_the_connection(
-    make_settings: Callable[..., Settings],
-) -> None:
+@pytest.fixture
+async def one_connection(make_settings: Callable[..., Settings]) -> AsyncIterator[Database]:
+    """A Database whose pool holds a single connection: which one a statement ran on
+    (`_pid`) says whether the last one was kept or replaced."""
     database = Database(make_settings(db_pool_size=1))
-    try:
-        async with database.raw() as db:
-            pid = (await db.fetchrow(_PID, {"n": 0}))["pid"]
-        with pytest.raises(asyncpg.DivisionByZeroError):
-            async with database.raw() as db:
-                await db.fetchrow(_DIVIDE_BY_ZERO, {"n": 0})
-        async with database.raw() as db:
-            assert (await db.fetchrow(_PID, {"n": 0}))["pid"] == pid
-    finally:
-        await database.dispose()
+    yield database
+    await database.dispose()
+
+
+async def _pid(database: Database) -> int:
+    """The backend process of the connection a statement gets now."""
+    async with database.raw() as db:
+        pid: int = (await db.fetchrow(_PID, {"n": 0}))["pid"]
+    return pid
+
+
+async def test_an_error_the_server_answers_keeps_the_connection(one_connection: Database) -> None:
+    pid = await _pid(one_connection)
+    with pytest.raises(asyncpg.DivisionByZeroError):
+        async with one_connection.raw() as db:
+            await db.fetchrow(_DIVIDE_BY_ZERO, {"n": 0})
+    assert await _pid(one_connection) == pid
 
 
 async def test_a_statement_cancelled_midway_drops_its_connection(
-    make_settings: Callable[..., Settings],
+    one_connection: Database,
 ) -> None:
-    database = Database(make_settings(db_pool_size=1))
-    try:
-        async with database.raw() as db:
-            pid = (await db.fetchrow(_PID, {"n": 0}))["pid"]
+    pid = await _pid(one_connection)
+    asking = asyncio.Event()
 
-        asking = asyncio.Event()
+    async def sleep() -> None:
+        async with one_connection.raw() as db:
+            asking.set()  # and it runs on into fetchrow until that waits for the server
+            await db.fetchrow(_SLEEP, {"s": 5.0})
 
-        async def sleep() -> None:
-            async with database.raw() as db:
-                asking.set()  # and it runs on into fetchrow until that waits for the server
-                await db.fetchrow(_SLEEP, {"s": 5.0})
-
-        sleeping = asyncio.create_task(sleep())
-        await asking.wait()
-        sleeping.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await sleeping
-        async with database.raw() as db:
-            assert (await db.fetchrow(_PID, {"n": 0}))["pid"] != pid
-    finally:
-        await database.dispose()
+    sleeping = asyncio.create_task(sleep())
+    await asking.wait()
+    sleeping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sleeping
+    assert await _pid(one_connection) != pid
 
 
 async def test_an_error_of_the_caller_inside_the_block_keeps_the_connection(
-    make_settings: Callable[..., Settings],
+    one_connection: Database,
 ) -> None:
-    database = Database(make_settings(db_pool_size=1))
-    try:
-        pids = []
-        with contextlib.suppress(LookupError):
-            async with database.raw() as db:
-                pids.append((await db.fetchrow(_PID, {"n": 0}))["pid"])
-                raise LookupError("no such session")
-        async with database.raw() as db:
-            assert (await db.fetchrow(_PID, {"n": 0}))["pid"] == pids[0]
-    finally:
-        await database.dispose()
+    pids = []
+    with contextlib.suppress(LookupError):
+        async with one_connection.raw() as db:
+            pids.append((await db.fetchrow(_PID, {"n": 0}))["pid"])
+            raise LookupError("no such session")
+    assert await _pid(one_connection) == pids[0]
 
 
 @pytest.mark.parametrize("pause_s", [0.0, 0.001, 0.05])
 async def test_a_connection_the_server_ends_while_idle_is_unavailable_then_replaced(
-    make_settings: Callable[..., Settings], database_url: str, pause_s: float
+    one_connection: Database, database_url: str, pause_s: float
 ) -> None:
     """A server that shuts down sends "terminating connection" (57P01) to its idle
     connections. Depending on when the next statement starts, asyncpg reports it as that
     error, as a closed connection, or as a protocol that is not idle: each is a 503
     (DatabaseUnavailable), never a 500, and the next statement gets a new connection."""
-    database = Database(make_settings(db_pool_size=1))
+    pid = await _pid(one_connection)
+    terminator = await asyncpg.connect(database_url.replace("+asyncpg", ""))
     try:
-        async with database.raw() as db:
-            pid = (await db.fetchrow(_PID, {"n": 0}))["pid"]
-        terminator = await asyncpg.connect(database_url.replace("+asyncpg", ""))
-        try:
-            assert await terminator.fetchval("SELECT pg_terminate_backend($1)", pid)
-        finally:
-            await terminator.close()
-        await asyncio.sleep(pause_s)
-        with pytest.raises(DatabaseUnavailable):
-            async with database.raw() as db:
-                await db.fetchrow(_PID, {"n": 0})
-        async with database.raw() as db:
-            assert (await db.fetchrow(_PID, {"n": 0}))["pid"] != pid
+        assert await terminator.fetchval("SELECT pg_terminate_backend($1)", pid)
     finally:
-        await database.dispose()
+        await terminator.close()
+    await asyncio.sleep(pause_s)
+    with pytest.raises(DatabaseUnavailable):
+        async with one_connection.raw() as db:
+            await db.fetchrow(_PID, {"n": 0})
+    assert await _pid(one_connection) != pid

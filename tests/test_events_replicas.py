@@ -24,7 +24,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.conftest import auth, server_env
-from tests.servers import ServerProcess, start_all, stop_all, until
+from tests.servers import ServerProcess, server_processes, start_all, stop_all, until
 from tests.test_observability import Scrape
 
 pytestmark = pytest.mark.asyncio
@@ -121,12 +121,8 @@ def replicas(
         DB_POOL_SIZE="4",
         DB_MAX_OVERFLOW="4",
     )
-    servers = [ServerProcess(env, log=logs / f"{name}.log") for name in ("a", "b")]
-    try:
+    with server_processes(env, logs, ("a", "b")) as servers:
         yield servers
-    finally:
-        for server in servers:
-            server.kill()
 
 
 @pytest.fixture

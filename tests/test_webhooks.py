@@ -34,7 +34,7 @@ from standardwebhooks import Webhook
 
 from tests.conftest import auth, server_env
 from tests.node import JS_DIR, require_node
-from tests.servers import ServerProcess, start_all, stop_all, until
+from tests.servers import ServerProcess, server_processes, start_all, stop_all, until
 from tests.test_observability import Scrape
 
 pytestmark = pytest.mark.asyncio
@@ -225,12 +225,8 @@ def all_senders(
 ) -> Iterator[list[ServerProcess]]:
     logs = tmp_path_factory.mktemp("webhooks")
     env = sender_env(database_url, receiver.url)
-    servers = [ServerProcess(env, log=logs / f"sender-{n}.log") for n in (1, 2)]
-    try:
+    with server_processes(env, logs, ("sender-1", "sender-2")) as servers:
         yield servers
-    finally:
-        for server in servers:
-            server.kill()
 
 
 @pytest.fixture

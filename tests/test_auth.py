@@ -545,10 +545,14 @@ async def test_identity_provider_outage_keeps_the_cached_keys(
         assert (await list_tasks(api, bearer(EC.sign(claims())))).status_code == 200
         idp.status = 503
         await asyncio.sleep(0.4)
+        started = time.monotonic()
         for _ in range(10):
             response = await list_tasks(api, bearer(EC.sign(claims())))
             assert response.status_code == 200, response.text
-        assert idp.fetches == 2  # one failed refetch, then the old keys until the next try
+        elapsed = time.monotonic() - started
+        # One failed refetch, then the old keys until the next try, 0.3 s later: ten requests
+        # on a loaded machine can outlast that, so the bound is the tries that time allows.
+        assert 2 <= idp.fetches <= 2 + int(elapsed / 0.3)
 
 
 @pytest.mark.parametrize(

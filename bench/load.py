@@ -63,6 +63,7 @@ class Workload:
     message: str = "Please add a task to buy oat milk and bread on the way home."
     warmup_s: float = 1.0
     warmup_requests: int = 1
+    ramp_s: float = 0.0  # client i of n sends its first request at i / n * ramp_s
     duration_s: float = 5.0
     min_samples: int = 0
     max_duration_s: float = 30.0
@@ -212,6 +213,8 @@ class _Run:
     async def client(self, index: int, client: Client) -> None:
         connection = Connection(self.workload.base_url)
         count = 0
+        if self.workload.ramp_s:
+            await asyncio.sleep(index / len(self.workload.clients) * self.workload.ramp_s)
         while not self.stop:
             slot = count % len(client.targets)
             target = client.targets[slot]

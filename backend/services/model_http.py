@@ -28,11 +28,13 @@ from typing import Any
 
 import httpx2
 from aiohttp import ClientSession, ClientTimeout
-from httpx2 import USE_CLIENT_DEFAULT, Request, Response, Timeout
+from httpx2 import USE_CLIENT_DEFAULT, ByteStream, Request, Response, Timeout
 from openai import AsyncOpenAI, DefaultAioHttpClient, NotGiven
 from openai._models import FinalRequestOptions
 from openai._utils import get_async_library
 from openai._vendor.httpx_aiohttp.transport import AiohttpTransport, map_aiohttp_exceptions
+
+_SET_BY_HTTPX = frozenset({b"host", b"content-length", b"transfer-encoding"})
 
 
 class ModelTransport(AiohttpTransport):
@@ -82,13 +84,23 @@ class ModelTransport(AiohttpTransport):
         extensions = {"http_version": b"HTTP/1.1"}
         if answer.reason:
             extensions["reason_phrase"] = answer.reason.encode()
-        return Response(
+        response = Response(
             answer.status,
             headers=answer.raw_headers,
-            content=body,
+            stream=ByteStream(body),
             request=request,
             extensions=extensions,
         )
+        if "content-encoding" in answer.headers:
+            response.read()  # decoded as httpx decodes it
+        else:
+            # What `read()` leaves, without walking httpx's decoders, chunkers and context
+            # managers over bytes already whole: read, closed, its length counted (a test
+            # compares every property with a response the transport streamed).
+            response._content = body
+            response._num_bytes_downloaded = len(body)
+            response.is_stream_consumed = response.is_closed = True
+        return response
 
 
 class ModelHttpClient(DefaultAioHttpClient):
@@ -148,7 +160,7 @@ class ModelHttpClient(DefaultAioHttpClient):
                 raise
         response.request = request
         response.default_encoding = self._default_encoding
-        if response.has_redirect_location:
+        if 300 <= response.status_code < 400 and response.has_redirect_location:
             return await super().send(request, auth=auth, follow_redirects=follow_redirects)
         response.elapsed = timedelta(seconds=time.perf_counter() - started)
         return response
@@ -198,6 +210,7 @@ class ModelClient(AsyncOpenAI):
             or not isinstance(http, ModelHttpClient)
             or http.params
             or http.cookies
+            or not content
         ):
             return super()._build_request(options, retries_taken=retries_taken)
         url = self._merged_urls.get(options.url)
@@ -206,13 +219,28 @@ class ModelClient(AsyncOpenAI):
                 str(self._prepare_url(options.url))
             )
         timeout = self._timeout()  # as httpx hands it to the transport
-        return Request(
+        headers = self._headers(options, retries_taken, http, timeout, url)
+        if headers is None:
+            return super()._build_request(options, retries_taken=retries_taken)
+        # What `Request(content=...)` makes of them: Host first, Content-Length last, the
+        # body read; built from headers already normalised instead of normalising them all
+        # again.
+        headers = httpx2.Headers(headers)
+        headers["Content-Length"] = str(len(content))
+        request = Request(
             "post",
             url,
-            content=content,
-            headers=self._headers(options, retries_taken, http, timeout),
+            headers=headers,
+            stream=ByteStream(content),
             extensions={"timeout": timeout},
         )
+        request.read()
+        return request
+
+    def _idempotency_key(self) -> str:
+        # The SDK draws a key (a uuid4) for every request, for a header this client does
+        # not send (`_idempotency_header` is None for OpenAI).
+        return "" if self._idempotency_header is None else super()._idempotency_key()
 
     def _headers(
         self,
@@ -220,16 +248,19 @@ class ModelClient(AsyncOpenAI):
         retries_taken: int,
         http: httpx2.AsyncClient,
         timeout: dict[str, Any],
-    ) -> httpx2.Headers:
-        """The SDK's headers (`_build_headers`) under the client's defaults, as httpx merges
-        them (those the SDK sets too, names compared case-insensitively, give way to the
-        SDK's). Built once for what they are made of: the SDK's headers come from the
-        client's keys, organization, project, timeout, the async library and the retry
-        count, and the client's own defaults; a key that a provider refreshes or an
-        identity signs is never cached."""
+        url: httpx2.URL,
+    ) -> httpx2.Headers | None:
+        """The Host header, then the SDK's headers (`_build_headers`) under the client's
+        defaults, as httpx merges them (those the SDK sets too, names compared
+        case-insensitively, give way to the SDK's); None if they set Host or the body's
+        length themselves. Built once for what they are made of: the SDK's headers come from
+        the client's keys, organization, project, timeout, the async library and the retry
+        count, and the client's own defaults; a key that a provider refreshes or an identity
+        signs is never cached."""
         key = None
         if self._provider_runtime is None and self._api_key_provider is None:
             key = (
+                url.netloc,
                 retries_taken,
                 tuple(options.security.items()),
                 self.api_key,
@@ -245,7 +276,9 @@ class ModelClient(AsyncOpenAI):
         built = self._build_headers(options, retries_taken=retries_taken).raw
         given = {name.lower() for name, _ in built}
         merged = [(name, value) for name, value in http.headers.raw if name.lower() not in given]
-        headers = httpx2.Headers([*merged, *built])
+        if ({name.lower() for name, _ in merged} | given) & _SET_BY_HTTPX:
+            return None
+        headers = httpx2.Headers([(b"Host", url.netloc), *merged, *built])
         if key is not None:
             if len(self._built_headers) >= 64:
                 self._built_headers.clear()

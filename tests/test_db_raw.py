@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator, Callable
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
-from backend.db import Database, Statement
+from backend.db import Database, Statement, is_database_unavailable
 from backend.errors import DatabaseUnavailable
 from backend.settings import Settings
 
@@ -33,11 +34,14 @@ async def test_raw_statements_are_counted_and_bind_named_parameters(
         await database.dispose()
 
 
-@pytest.fixture
-async def one_connection(make_settings: Callable[..., Settings]) -> AsyncIterator[Database]:
-    """A Database whose pool holds a single connection: which one a statement ran on
-    (`_pid`) says whether the last one was kept or replaced."""
-    database = Database(make_settings(db_pool_size=1))
+@pytest.fixture(params=[1, 10], ids=["pool of 1", "pool of 10, one kept"])
+async def one_connection(
+    make_settings: Callable[..., Settings], request: pytest.FixtureRequest
+) -> AsyncIterator[Database]:
+    """A Database whose statements all run on one connection, while it lasts: the pool's
+    only one, or the one the bare path keeps checked out (a tenth of a pool of ten). Which
+    one a statement ran on (`_pid`) says whether the last one was kept or replaced."""
+    database = Database(make_settings(db_pool_size=request.param))
     yield database
     await database.dispose()
 
@@ -106,3 +110,58 @@ async def test_a_connection_the_server_ends_while_idle_is_unavailable_then_repla
         async with one_connection.raw() as db:
             await db.fetchrow(_PID, {"n": 0})
     assert await _pid(one_connection) != pid
+
+
+@pytest.fixture
+async def pool_of_ten(make_settings: Callable[..., Settings]) -> AsyncIterator[Database]:
+    database = Database(make_settings(db_pool_size=10))
+    yield database
+    await database.dispose()
+
+
+async def test_the_bare_path_keeps_a_connection_checked_out_between_statements(
+    pool_of_ten: Database,
+) -> None:
+    pool = pool_of_ten.engine.sync_engine.pool
+    pid = await _pid(pool_of_ten)
+    assert pool.checkedout() == 1  # type: ignore[attr-defined]
+    assert await _pid(pool_of_ten) == pid
+    await pool_of_ten.dispose()
+    assert pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+async def test_a_kept_connection_goes_back_when_the_pool_has_no_other(
+    pool_of_ten: Database,
+) -> None:
+    """Nine held elsewhere: the tenth, used by the bare path, goes back to the pool at once,
+    for whoever waits for it."""
+    engine = pool_of_ten.engine
+    async with contextlib.AsyncExitStack() as held:
+        for _ in range(9):
+            await held.enter_async_context(engine.connect())
+        await _pid(pool_of_ten)
+        assert engine.sync_engine.pool.checkedout() == 9  # type: ignore[attr-defined]
+        async with engine.connect() as tenth:
+            assert (await tenth.execute(text("SELECT 1"))).scalar() == 1
+
+
+async def test_kept_connections_are_replaced_after_a_disconnect_seen_elsewhere(
+    pool_of_ten: Database, database_url: str
+) -> None:
+    """A disconnect seen on another path (here a Core connection whose server process
+    ended) makes SQLAlchemy's pool replace every connection opened before it: the one the
+    bare path kept too."""
+    kept = await _pid(pool_of_ten)
+    terminator = await asyncpg.connect(database_url.replace("+asyncpg", ""))
+    try:
+        async with pool_of_ten.engine.connect() as other:
+            victim = (await other.execute(text("SELECT pg_backend_pid()"))).scalar()
+            assert victim != kept
+            assert await terminator.fetchval("SELECT pg_terminate_backend($1)", victim)
+            await asyncio.sleep(0.05)
+            with pytest.raises(DBAPIError) as failure:
+                await other.execute(text("SELECT 1"))
+            assert is_database_unavailable(failure.value)
+    finally:
+        await terminator.close()
+    assert await _pid(pool_of_ten) not in (kept, victim)

@@ -233,11 +233,10 @@ class Database:
                         await greenlet_spawn(pool._invalidate, pooled, broken_by)
                     else:
                         await greenlet_spawn(pooled.invalidate, broken_by)
-                    await greenlet_spawn(pooled.close)  # back to the pool
-                elif self._keeps(invalidations):
+                if broken_by is None and self._keeps(invalidations):
                     self._kept.append((invalidations, pooled))
                 else:
-                    await greenlet_spawn(pooled.close)
+                    await greenlet_spawn(pooled.close)  # back to the pool
 
     def _keeps(self, invalidations: int) -> bool:
         """Whether a connection checked out at `invalidations` stays with the bare path: not

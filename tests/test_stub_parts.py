@@ -5,6 +5,7 @@ from datetime import date, datetime, time, timedelta
 
 import pytest
 
+from backend.services.recurrence import parse_repeat
 from backend.services.stub import context, entities
 from backend.services.stub.commands import (
     AddTask,
@@ -64,6 +65,8 @@ def test_dates_are_read_and_taken_out_of_the_text(
         ("call mum tomorrow evening at 7", "call mum", datetime(2026, 11, 24, 19, 0)),
         ("tonight at 9 call Bo", "call Bo", datetime(2026, 11, 23, 21, 0)),
         ("tomorrow morning at 8", "", datetime(2026, 11, 24, 8, 0)),
+        ("call Bo tomorrow at 7", "call Bo", datetime(2026, 11, 24, 7, 0)),
+        ("pick up Ana tomorrow at 5", "pick up Ana", datetime(2026, 11, 24, 17, 0)),
         ("room 101 tidy-up", "room 101 tidy-up", None),
         ("flat 5 repairs", "flat 5 repairs", None),
     ],
@@ -72,6 +75,13 @@ def test_times_of_day_are_read_with_or_without_a_day(
     text: str, rest: str, due: date | datetime | None
 ) -> None:
     assert entities.take_date(text, NOW) == (rest, due)
+
+
+@pytest.mark.parametrize("hour", range(1, 13))
+def test_a_bare_hour_means_the_same_for_a_repeating_task_and_a_one_off(hour: int) -> None:
+    repeating = parse_repeat(f"every day at {hour}").at
+    _, one_off = entities.take_time(f"call Bo at {hour}")
+    assert repeating == one_off == time(hour + 12 if hour <= 6 else hour)
 
 
 @pytest.mark.parametrize(

@@ -369,9 +369,16 @@ def _days(text: str) -> str:
     return ",".join(dict.fromkeys(_WEEKDAY_WORDS[w] for w in words if w in _WEEKDAY_WORDS))
 
 
+def bare_hour(hour: int) -> int:
+    """The hour a bare "at N" means, with no am, pm or part of the day: 1 to 6 in the
+    afternoon (people plan "at 5" for 17:00), 7 to 12 in the morning ("at 7" is 07:00), and
+    from 13 as said. The stub reads a one-off task's time with the same rule."""
+    return hour + 12 if 1 <= hour <= 6 else hour
+
+
 def _clock(text: str, part_of_day: str | None = None) -> time | None:
-    """A time of day: "8", "8am", "6 pm", "18:30", "noon". A bare hour from 1 to 6 is in
-    the afternoon (people plan "at 5" for 17:00), and so is any bare hour of an evening."""
+    """A time of day: "8", "8am", "6 pm", "18:30", "noon". A bare hour is read by
+    `bare_hour`, except that any bare hour of an afternoon, evening or night is after noon."""
     match = _CLOCK.match(text.strip().replace(".", "") if "." in text else text.strip())
     if match is None:
         return None
@@ -386,9 +393,10 @@ def _clock(text: str, part_of_day: str | None = None) -> time | None:
     elif ampm == "am" and hour == 12:
         hour = 0
     elif not ampm and hour < 12:
-        late = part_of_day in ("afternoon", "evening", "night")
-        if late or (part_of_day is None and 1 <= hour <= 6):
+        if part_of_day in ("afternoon", "evening", "night"):
             hour += 12
+        elif part_of_day is None:
+            hour = bare_hour(hour)
     return time(hour, minute)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from dateparser.search import search_dates  # type: ignore[import-untyped]
 
 from backend.models.task import Priority
-from backend.services.recurrence import Repeat, find_repeat
+from backend.services.recurrence import Repeat, bare_hour, find_repeat
 
 
 def _rx(pattern: str) -> re.Pattern[str]:
@@ -175,9 +175,10 @@ def _twelve_hour(match: re.Match[str]) -> time | None:
 
 
 def _bare_hour(match: re.Match[str]) -> time | None:
-    """ "at 5" for a task means 17:00; "at 9" means 09:00."""
+    """ "at 5" for a task means 17:00; "at 9" means 09:00 (`recurrence.bare_hour`, so a
+    repeating task's "at 7" and a one-off's agree)."""
     hour = int(match["h"])
-    return time(hour + 12 if 1 <= hour <= 7 else hour) if hour <= 23 else None
+    return time(bare_hour(hour)) if hour <= 23 else None
 
 
 # A time of day and how to read it; the first that matches is taken. Times are read here,

@@ -273,7 +273,9 @@ def markdown(results: Results) -> str:
         "(closed loop, a minimal asyncio HTTP/1.1 client) in a process of its own.",
         "",
         f"Each load level runs {meta['plan']['rounds']} time(s) per server, alternating which "
-        f"server goes first; each run: {meta['plan']['warmup_s']} s warm-up, then at least "
+        f"server goes first (the no-tool levels at c={max(meta['plan']['concurrencies'])}, "
+        f"which the targets read, {meta['plan'].get('target_rounds', meta['plan']['rounds'])} "
+        f"times); each run: {meta['plan']['warmup_s']} s warm-up, then at least "
         f"{meta['plan']['duration_s']} s and {meta['plan']['min_samples']} turns "
         f"(at most {meta['plan']['max_duration_s']} s). Every client is its own user with its "
         "own session (a session takes one turn at a time).",

@@ -112,49 +112,51 @@ async def test_a_connection_the_server_ends_while_idle_is_unavailable_then_repla
     assert await _pid(one_connection) != pid
 
 
-@pytest.fixture
-async def pool_of_ten(make_settings: Callable[..., Settings]) -> AsyncIterator[Database]:
-    database = Database(make_settings(db_pool_size=10))
-    yield database
-    await database.dispose()
+# The tests of keeping need a connection to keep: `one_connection` with a pool of ten only.
+_pool_of_ten = pytest.mark.parametrize(
+    "one_connection", [10], ids=["pool of 10, one kept"], indirect=True
+)
 
 
+@_pool_of_ten
 async def test_the_bare_path_keeps_a_connection_checked_out_between_statements(
-    pool_of_ten: Database,
+    one_connection: Database,
 ) -> None:
-    pool = pool_of_ten.engine.sync_engine.pool
-    pid = await _pid(pool_of_ten)
+    pool = one_connection.engine.sync_engine.pool
+    pid = await _pid(one_connection)
     assert pool.checkedout() == 1  # type: ignore[attr-defined]
-    assert await _pid(pool_of_ten) == pid
-    await pool_of_ten.dispose()
+    assert await _pid(one_connection) == pid
+    await one_connection.dispose()
     assert pool.checkedout() == 0  # type: ignore[attr-defined]
 
 
+@_pool_of_ten
 async def test_a_kept_connection_goes_back_when_the_pool_has_no_other(
-    pool_of_ten: Database,
+    one_connection: Database,
 ) -> None:
     """Nine held elsewhere: the tenth, used by the bare path, goes back to the pool at once,
     for whoever waits for it."""
-    engine = pool_of_ten.engine
+    engine = one_connection.engine
     async with contextlib.AsyncExitStack() as held:
         for _ in range(9):
             await held.enter_async_context(engine.connect())
-        await _pid(pool_of_ten)
+        await _pid(one_connection)
         assert engine.sync_engine.pool.checkedout() == 9  # type: ignore[attr-defined]
         async with engine.connect() as tenth:
             assert (await tenth.execute(text("SELECT 1"))).scalar() == 1
 
 
+@_pool_of_ten
 async def test_kept_connections_are_replaced_after_a_disconnect_seen_elsewhere(
-    pool_of_ten: Database, database_url: str
+    one_connection: Database, database_url: str
 ) -> None:
     """A disconnect seen on another path (here a Core connection whose server process
     ended) makes SQLAlchemy's pool replace every connection opened before it: the one the
     bare path kept too."""
-    kept = await _pid(pool_of_ten)
+    kept = await _pid(one_connection)
     terminator = await asyncpg.connect(database_url.replace("+asyncpg", ""))
     try:
-        async with pool_of_ten.engine.connect() as other:
+        async with one_connection.engine.connect() as other:
             victim = (await other.execute(text("SELECT pg_backend_pid()"))).scalar()
             assert victim != kept
             assert await terminator.fetchval("SELECT pg_terminate_backend($1)", victim)
@@ -164,4 +166,4 @@ async def test_kept_connections_are_replaced_after_a_disconnect_seen_elsewhere(
             assert is_database_unavailable(failure.value)
     finally:
         await terminator.close()
-    assert await _pid(pool_of_ten) not in (kept, victim)
+    assert await _pid(one_connection) not in (kept, victim)

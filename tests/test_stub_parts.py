@@ -2,6 +2,7 @@
 session context and fuzzy matching. No database: these are pure functions."""
 
 from datetime import date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -17,6 +18,7 @@ from backend.services.stub.commands import (
     Undo,
     UpdateTask,
 )
+from backend.services.stub.executor import _on_schedule
 from backend.services.stub.resolver import best_matches
 from backend.services.stub.understanding import parse, split_items
 
@@ -286,3 +288,18 @@ def test_references_match_by_meaning(phrase: str, numbers: list[int]) -> None:
     titles = ["Call the vet", "Buy flour", "Email Jo", "Book a table", "Dentist", "Call mom"]
     todos = [{"number": n, "title": t} for n, t in enumerate(titles, 1)]
     assert [t["number"] for t in best_matches(phrase, todos)] == numbers
+
+
+@pytest.mark.parametrize("today", [date(2026, 11, 23) + timedelta(days=n) for n in range(7)])
+def test_a_repeating_task_made_to_repeat_on_another_day_is_next_due_by_the_new_rule(
+    today: date,
+) -> None:
+    """ "every tuesday", then "actually make it every wednesday": due on the first
+    Wednesday from today (today, on a Wednesday), whatever day of the week it is."""
+    tz = ZoneInfo("Europe/Berlin")
+    now = datetime.combine(today, time(10), tzinfo=tz)
+    tuesday = today + timedelta(days=(1 - today.weekday()) % 7)
+    todo = {"due_at": f"{tuesday}T23:59:59+01:00", "recurrence": "FREQ=WEEKLY;BYDAY=TU"}
+    moved = _on_schedule(todo, "every wednesday", tz, now)
+    wednesday = today + timedelta(days=(2 - today.weekday()) % 7)
+    assert moved == wednesday.isoformat()

@@ -262,8 +262,8 @@ class Executor:
         elif command.field == "repeat":
             changes["repeat"] = command.value
             target = await self._resolver.find(command.ref, resolver.UPDATE, look_up=True)
-            await self.now()  # the user's zone
-            if (moved := _on_schedule(target.todo, command.value, self._tz)) is not None:
+            now = await self.now()  # the user's zone, and today
+            if (moved := _on_schedule(target.todo, command.value, self._tz, now)) is not None:
                 changes["due_at"] = moved
         elif command.field == "description":
             changes["description"] = command.value.strip("'\" ")
@@ -357,9 +357,11 @@ def _due_date(todo_: Mapping[str, Any]) -> date | None:
     return date.fromisoformat(due[:10]) if isinstance(due, str) and len(due) >= 10 else None
 
 
-def _on_schedule(todo_: ToolResult | None, phrase: str, tz: ZoneInfo) -> str | None:
+def _on_schedule(todo_: ToolResult | None, phrase: str, tz: ZoneInfo, now: datetime) -> str | None:
     """ "make it every wednesday": a task due on a day the new rule skips moves to the
-    rule's next day (at the phrase's time, if it names one); None when it may stay."""
+    rule's next day (at the phrase's time, if it names one); None when it may stay. A task
+    that already repeats starts over by the new rule, from today: "every tuesday", then
+    "actually make it every wednesday" on a Wednesday is due today, not in a week."""
     due = (todo_ or {}).get("due_at")
     if not isinstance(due, str):
         return None
@@ -367,11 +369,14 @@ def _on_schedule(todo_: ToolResult | None, phrase: str, tz: ZoneInfo) -> str | N
         repeat = recurrence.parse_repeat(phrase)
     except RecurrenceError:
         return None  # the tool says which phrases it reads
-    anchor = datetime.fromisoformat(due).astimezone(tz)
+    due_at = datetime.fromisoformat(due).astimezone(tz)
     if repeat.at is not None:
-        anchor = datetime.combine(anchor.date(), repeat.at, tzinfo=tz)
+        due_at = datetime.combine(due_at.date(), repeat.at, tzinfo=tz)
+    anchor = due_at
+    if (todo_ or {}).get("recurrence"):
+        anchor = min(due_at, datetime.combine(now.date(), due_at.timetz()))
     first = recurrence.occurrences(repeat.rule, anchor=anchor, tz=tz, count=1)
-    if not first or first[0] == anchor:
+    if not first or first[0] == due_at:
         return None
     moved = first[0].astimezone(tz)
     if moved.time() >= time(23, 59):  # a day, not a time

@@ -79,6 +79,18 @@ class Conflict(DomainError):
     detail = "Conflict."
 
 
+class NotInTrash(Conflict):
+    detail = "That task is not in the trash."
+
+
+class NothingToUndo(Conflict):
+    detail = "Nothing to undo in this session."
+
+
+class UndoConflict(Conflict):
+    detail = "A task that turn changed has changed since, so nothing was undone."
+
+
 class SessionBusy(Conflict):
     detail = "This session is busy with another message; try again when it has answered."
 

@@ -24,6 +24,7 @@ from backend.routers import (
     metrics,
     sessions,
     tasks,
+    trash,
     web,
 )
 from backend.routers import settings as user_settings
@@ -107,6 +108,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         chat_ui,
         sessions,
         tasks,
+        trash,
         events,
         calendar,
         user_settings,

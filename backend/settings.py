@@ -51,6 +51,12 @@ class Settings(BaseSettings):
     agent_history_messages: int = Field(default=20, ge=1)
     agent_max_tool_rounds: int = Field(default=5, ge=1)
     agent_daily_token_budget: int = Field(default=0, ge=0)
+    # Which of the agent's tool calls wait for the person's yes, for users who have not
+    # chosen (their setting `confirm`); how long a held call can still be answered.
+    agent_confirm_default: Literal["deletes", "changes", "never"] = "deletes"
+    agent_approval_ttl_s: float = Field(default=86400.0, gt=0)
+    # Days a deleted task stays restorable in the trash before it is purged for good.
+    trash_retention_d: float = Field(default=30.0, gt=0)
 
     jwt_secret: SecretStr | None = None
     jwt_jwks_url: str | None = None

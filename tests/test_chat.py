@@ -81,6 +81,9 @@ def test_tool_schemas_are_strict_and_have_no_user_id() -> None:
         "update_todo",
         "complete_todo",
         "delete_todo",
+        "restore_todo",
+        "purge_trash",
+        "undo_last_turn",
         "get_user_context",
     ]
     for tool in TOOL_DEFINITIONS:

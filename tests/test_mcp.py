@@ -111,8 +111,10 @@ async def test_the_tools_are_the_agents_tools_with_annotations(
         listed = await alice.list_tools()
 
         by_name = {tool.name: tool for tool in listed.tools}
-        assert list(by_name) == [d["function"]["name"] for d in TOOL_DEFINITIONS]
-        for definition in TOOL_DEFINITIONS:
+        # Undoing a chat turn is the chat's: MCP calls are not turns.
+        served = [d for d in TOOL_DEFINITIONS if d["function"]["name"] != "undo_last_turn"]
+        assert list(by_name) == [d["function"]["name"] for d in served]
+        for definition in served:
             function = definition["function"]
             tool = by_name[function["name"]]
             assert tool.input_schema == function["parameters"]
@@ -124,6 +126,8 @@ async def test_the_tools_are_the_agents_tools_with_annotations(
         assert by_name["list_todos"].annotations.read_only_hint is True  # type: ignore[union-attr]
         assert by_name["get_user_context"].annotations.read_only_hint is True  # type: ignore[union-attr]
         assert by_name["delete_todo"].annotations.destructive_hint is True  # type: ignore[union-attr]
+        assert by_name["purge_trash"].annotations.destructive_hint is True  # type: ignore[union-attr]
+        assert by_name["restore_todo"].annotations.destructive_hint is False  # type: ignore[union-attr]
         assert by_name["update_todo"].annotations.destructive_hint is True  # type: ignore[union-attr]
         assert by_name["complete_todo"].annotations.idempotent_hint is True  # type: ignore[union-attr]
 

@@ -43,6 +43,7 @@ async def test_settings_start_at_the_defaults_and_change_field_by_field(
         "instructions": None,
         "model": "gpt-4o-mini",
         "models": ["gpt-4o-mini"],
+        "confirm": "deletes",
     }
     changed = await _patch(
         client,
@@ -66,6 +67,8 @@ async def test_settings_start_at_the_defaults_and_change_field_by_field(
         "Europe/Lisbon",
     )
     assert await _settings(client) == cleared
+    assert (await _patch(client, {"confirm": "changes"}))["confirm"] == "changes"
+    assert (await _patch(client, {"confirm": None}))["confirm"] == "deletes"  # the default
 
 
 async def test_settings_are_validated(client: httpx.AsyncClient) -> None:
@@ -73,6 +76,7 @@ async def test_settings_are_validated(client: httpx.AsyncClient) -> None:
         {"timezone": "Mars/Olympus"},
         {"timezone": None},
         {"instructions": "x" * 2001},
+        {"confirm": "always"},
         {"display_name": "   "},
         {"display_name": "x" * 256},
         {"model": "gpt-9-ultra"},
@@ -106,7 +110,7 @@ async def test_the_settings_are_documented_in_openapi(client: httpx.AsyncClient)
         "updateSettings",
     )
     fields = schema["components"]["schemas"]["UserSettingsUpdate"]["properties"]
-    assert set(fields) == {"display_name", "timezone", "instructions", "model"}
+    assert set(fields) == {"display_name", "timezone", "instructions", "model", "confirm"}
 
 
 # -- what the model is sent -----------------------------------------------------------------

@@ -1,9 +1,20 @@
 """SQLModel tables and the API's request/response schemas, one module per entity."""
 
+from backend.models.approval import Approval
+from backend.models.change import TaskChange
 from backend.models.event import Event
 from backend.models.idempotency import IdempotencyKey
 from backend.models.session import AgentMessage, AgentSession
 from backend.models.task import Task
 from backend.models.user import User
 
-__all__ = ["AgentMessage", "AgentSession", "Event", "IdempotencyKey", "Task", "User"]
+__all__ = [
+    "AgentMessage",
+    "AgentSession",
+    "Approval",
+    "Event",
+    "IdempotencyKey",
+    "Task",
+    "TaskChange",
+    "User",
+]

@@ -25,7 +25,7 @@ from backend.models._types import OptionalTimestamp
 
 EventType = Literal[
     "task.created", "task.updated", "task.completed", "task.reopened", "task.deleted",
-    "reminder.due",
+    "task.restored", "reminder.due",
 ]  # fmt: skip
 
 

@@ -45,7 +45,7 @@ class TodoListResult(_Result):
 
 
 class TodoChangeResult(_Result):
-    status: Literal["created", "updated", "completed", "reopened"]
+    status: Literal["created", "updated", "completed", "reopened", "restored"]
     todo: TodoResult
     next_todo: TodoResult | None = Field(
         default=None, description="The next occurrence, created by completing a repeating one."
@@ -57,6 +57,14 @@ class TodoDeletedResult(_Result):
     todo_id: str
     number: int
     title: str
+
+
+class TrashPurgedResult(_Result):
+    status: Literal["purged"]
+    todo_id: str | None = Field(default=None, description="The task purged, if one was named.")
+    number: int | None = None
+    title: str | None = None
+    count: int | None = Field(default=None, description="Tasks purged by emptying the trash.")
 
 
 class UserContextResult(_Result):

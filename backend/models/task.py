@@ -128,8 +128,17 @@ class Task(SQLModel, table=True):
             "remind_at",
             postgresql_where=text(
                 "remind_at IS NOT NULL AND reminded_at IS NULL AND NOT completed"
+                " AND deleted_at IS NULL"
             ),
         ),
+        # The trash: a user's, most recently deleted first; and what retention purges.
+        Index(
+            "ix_tasks_user_trash",
+            "user_id",
+            "deleted_at",
+            postgresql_where=text("deleted_at IS NOT NULL"),
+        ),
+        Index("ix_tasks_trash_age", "deleted_at", postgresql_where=text("deleted_at IS NOT NULL")),
         CheckConstraint(
             "recurrence IS NULL OR (due_at IS NOT NULL AND series_id IS NOT NULL)",
             name="ck_tasks_repeating_has_due",
@@ -167,6 +176,8 @@ class Task(SQLModel, table=True):
     previous_id: uuid.UUID | None = None
     remind_at: datetime | None = OptionalTimestamp()
     reminded_at: datetime | None = OptionalTimestamp()
+    # In the trash since then (NULL: not deleted); purged after TRASH_RETENTION_D days.
+    deleted_at: datetime | None = OptionalTimestamp()
 
 
 class TaskPublic(SQLModel):
@@ -213,6 +224,15 @@ class TaskDetail(TaskPublic):
 class TasksPublic(SQLModel):
     data: list[TaskPublic]
     count: int
+
+
+class TrashedTask(TaskPublic):
+    deleted_at: datetime
+
+
+class TrashPublic(SQLModel):
+    data: list[TrashedTask]
+    next_cursor: str | None
 
 
 class TaskFilters(SQLModel):

@@ -2,23 +2,37 @@
 Their settings: UserSettingsUpdate / UserSettingsPublic."""
 
 from datetime import date, datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field as PydanticField
 from pydantic import StringConstraints, model_validator
 from pydantic.json_schema import SkipJsonSchema
-from sqlalchemy import BigInteger, Column, Date, DateTime, Index, Integer, String, text
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    Date,
+    DateTime,
+    Index,
+    Integer,
+    String,
+    text,
+)
 from sqlmodel import Field, SQLModel
 
 from backend.models._types import NotBlank, Text, Timestamp
 from backend.models.chat import Timezone
 
 MAX_INSTRUCTIONS_CHARS = 2000
+Confirm = Literal["deletes", "changes", "never"]
 
 
 class User(SQLModel, table=True):
     __tablename__ = "users"
-    __table_args__ = (Index("ux_users_calendar_secret", "calendar_secret_hash", unique=True),)
+    __table_args__ = (
+        Index("ux_users_calendar_secret", "calendar_secret_hash", unique=True),
+        CheckConstraint("confirm IN ('deletes', 'changes', 'never')", name="ck_users_confirm"),
+    )
 
     id: str = Field(sa_column=Column(String(255), primary_key=True))
     email: str | None = Field(default=None, max_length=320)
@@ -28,6 +42,8 @@ class User(SQLModel, table=True):
     display_name: str | None = Field(default=None, max_length=255)
     instructions: str | None = Field(default=None, max_length=2000)
     model: str | None = Field(default=None, max_length=100)
+    # Which of the agent's tool calls wait for the user's yes (NULL: AGENT_CONFIRM_DEFAULT).
+    confirm: str | None = Field(default=None, max_length=10)
     # The last task number handed out; only ever grows, so numbers are never reused.
     task_seq: int = Field(
         default=0, sa_column=Column(Integer, nullable=False, server_default=text("0"))
@@ -69,6 +85,12 @@ class UserSettingsUpdate(SQLModel):
     model: Annotated[str, StringConstraints(max_length=100)] | None = PydanticField(
         default=None, description="One of `models`; null: the service's default."
     )
+    confirm: Confirm | None = PydanticField(
+        default=None,
+        description="Which of the agent's tool calls wait for your yes: `deletes` (deleting "
+        "tasks, purging the trash), `changes` (anything that changes something) or `never`; "
+        "null: the service's default.",
+    )
 
     @model_validator(mode="after")
     def _timezone_not_null(self) -> "UserSettingsUpdate":
@@ -83,3 +105,4 @@ class UserSettingsPublic(SQLModel):
     instructions: str | None
     model: str = PydanticField(description="The model your turns use.")
     models: list[str] = PydanticField(description="The models you may choose from.")
+    confirm: Confirm = PydanticField(description="Which of the agent's tool calls wait for you.")

@@ -6,10 +6,11 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Response, status
 
 from backend.deps import CurrentUser, DbSession
+from backend.models.change import UndoResult
 from backend.models.errors import API_ERRORS, error_responses
 from backend.models.session import MessagesPublic, SessionPublic, SessionsPublic, SessionUpdate
 from backend.models.ui import UIMessagePublic
-from backend.services import sessions, ui_stream
+from backend.services import sessions, ui_stream, undo
 
 router = APIRouter(prefix="/api/{user_id}/sessions", tags=["sessions"], responses=API_ERRORS)
 Cursor = Annotated[str | None, Query(max_length=512, description="next_cursor of the last page")]
@@ -81,3 +82,15 @@ async def delete_session(user: CurrentUser, db: DbSession, session_id: uuid.UUID
     """Delete a session and its messages."""
     await sessions.delete_session(db=db, owner=user.user_id, session_id=session_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(
+    "/{session_id}/undo",
+    operation_id="undoTurn",
+    responses=error_responses(409),
+)
+async def undo_turn(user: CurrentUser, db: DbSession, session_id: uuid.UUID) -> UndoResult:
+    """Take back the session's most recent turn that changed tasks (and is not undone yet),
+    all of it at once; again, the turn before that. 409 when a task it changed has changed
+    since (nothing is undone), or when there is nothing left to undo."""
+    return await undo.undo_last_turn(db=db, owner=user.user_id, session_id=session_id)

@@ -100,6 +100,14 @@ async def complete_task(
 
 @router.delete("/{task_id}", status_code=status.HTTP_204_NO_CONTENT, operation_id="deleteTask")
 async def delete_task(user: CurrentUser, db: DbSession, task_id: TaskId) -> Response:
-    """Delete a task and its steps; numbers are not reused."""
+    """Move a task and its steps to the trash (restorable until purged); its number stays
+    its own."""
     await tasks.delete_task(db=db, owner=user.user_id, ref=TaskRef.parse(task_id))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post("/{task_id}/restore", operation_id="restoreTask", responses=error_responses(409))
+async def restore_task(user: CurrentUser, db: DbSession, task_id: TaskId) -> TaskDetail:
+    """Bring a task back from the trash, with its steps, its number and (if still ahead) its
+    reminder; 409 if it is not in the trash."""
+    return await tasks.restore_task(db=db, owner=user.user_id, ref=TaskRef.parse(task_id))

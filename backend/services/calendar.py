@@ -61,6 +61,7 @@ async def feed(*, db: AsyncSession, secret: str) -> bytes:
     tasks = await db.exec(
         select(Task)
         .where(col(Task.user_id) == owner, col(Task.completed).is_(False))
+        .where(col(Task.deleted_at).is_(None))
         .where(col(Task.due_at).is_not(None))
         .order_by(col(Task.due_at))
     )

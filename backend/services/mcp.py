@@ -28,6 +28,7 @@ from backend.models.mcp import (
     TodoChangeResult,
     TodoDeletedResult,
     TodoListResult,
+    TrashPurgedResult,
     UserContextResult,
 )
 from backend.services import turns
@@ -61,6 +62,12 @@ ANNOTATIONS: dict[str, types.ToolAnnotations] = {
     "delete_todo": types.ToolAnnotations(
         read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
     ),
+    "restore_todo": types.ToolAnnotations(
+        read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+    ),
+    "purge_trash": types.ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
+    ),
 }
 OUTPUTS: dict[str, type[BaseModel]] = {
     "list_todos": TodoListResult,
@@ -68,8 +75,12 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "update_todo": TodoChangeResult,
     "complete_todo": TodoChangeResult,
     "delete_todo": TodoDeletedResult,
+    "restore_todo": TodoChangeResult,
+    "purge_trash": TrashPurgedResult,
     "get_user_context": UserContextResult,
 }
+# Undoing a chat turn belongs to the chat: an MCP call is not part of one.
+NOT_SERVED = frozenset({"undo_last_turn"})
 
 
 def _tool(name: str, description: str, parameters: dict[str, Any]) -> types.Tool:
@@ -91,6 +102,7 @@ TOOLS = [
         dict(tool["function"].get("parameters", {})),
     )
     for tool in TOOL_DEFINITIONS
+    if tool["function"]["name"] not in NOT_SERVED
 ]
 
 

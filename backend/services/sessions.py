@@ -1,16 +1,12 @@
 """Past sessions and their messages, for the frontend: always the owner's, newest first."""
 
-import base64
-import json
 import uuid
-from datetime import datetime
-from typing import Any
 
 from sqlalchemy import delete, func, or_, tuple_, update
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from backend.errors import DomainError, SessionBusy, SessionNotFound
+from backend.errors import SessionBusy, SessionNotFound
 from backend.models.session import (
     AgentMessage,
     AgentSession,
@@ -20,22 +16,7 @@ from backend.models.session import (
     SessionsPublic,
     Usage,
 )
-
-
-class InvalidCursor(DomainError):
-    status_code = 422
-    detail = "Invalid cursor."
-
-
-def _encode(value: Any) -> str:
-    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
-
-
-def _decode(cursor: str) -> Any:
-    try:
-        return json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except ValueError as invalid:
-        raise InvalidCursor() from invalid
+from backend.services import cursors
 
 
 def to_public(session: AgentSession) -> SessionPublic:
@@ -59,19 +40,7 @@ async def list_sessions(
     """Most recently active first; the cursor is the (updated_at, id) of the last row seen."""
     statement = select(AgentSession).where(col(AgentSession.user_id) == owner)
     if cursor:
-        position = _decode(cursor)
-        if not (
-            isinstance(position, list)
-            and len(position) == 2
-            and all(isinstance(part, str) for part in position)
-        ):
-            raise InvalidCursor()
-        try:
-            after = (datetime.fromisoformat(position[0]), uuid.UUID(position[1]))
-        except ValueError as invalid:
-            raise InvalidCursor() from invalid
-        if after[0].tzinfo is None:
-            raise InvalidCursor()
+        after = cursors.decode_position(cursor)
         statement = statement.where(
             tuple_(col(AgentSession.updated_at), col(AgentSession.id)) < tuple_(*after)
         )
@@ -83,7 +52,7 @@ async def list_sessions(
     if len(rows) > limit:
         rows = rows[:limit]
         last = rows[-1]
-        next_cursor = _encode([last.updated_at.isoformat(), str(last.id)])
+        next_cursor = cursors.encode_position(last.updated_at, last.id)
     return SessionsPublic(data=[to_public(row) for row in rows], next_cursor=next_cursor)
 
 
@@ -147,16 +116,16 @@ async def latest_messages(
         col(AgentMessage.session_id) == session_id, col(AgentMessage.user_id) == owner
     )
     if cursor:
-        before = _decode(cursor)
+        before = cursors.decode(cursor)
         if not isinstance(before, int) or isinstance(before, bool):
-            raise InvalidCursor()
+            raise cursors.InvalidCursor()
         statement = statement.where(col(AgentMessage.seq) < before)
     statement = statement.order_by(col(AgentMessage.seq).desc()).limit(limit + 1)
     rows = list((await db.exec(statement)).all())
     next_cursor = None
     if len(rows) > limit:
         rows = rows[:limit]
-        next_cursor = _encode(rows[-1].seq)
+        next_cursor = cursors.encode(rows[-1].seq)
     rows.reverse()
     return rows, next_cursor
 

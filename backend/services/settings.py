@@ -1,5 +1,6 @@
 """A user's settings: how the assistant addresses them, their timezone, their standing
-instructions and the model of their turns (from the operator's allowlist)."""
+instructions, the model of their turns (from the operator's allowlist) and which of the
+agent's calls wait for their yes."""
 
 from typing import Any
 
@@ -19,6 +20,7 @@ def _public(user: User, config: Settings) -> UserSettingsPublic:
         instructions=user.instructions,
         model=config.model_for(user.model),
         models=config.allowed_models,
+        confirm=user.confirm or config.agent_confirm_default,  # type: ignore[arg-type]
     )
 
 

@@ -1,4 +1,6 @@
-"""Task logic: every query is scoped to the owner; another user's task is simply not found."""
+"""Task logic: every query is scoped to the owner; another user's task is simply not found.
+A deleted task is in the trash (`deleted_at` set): out of every list, count and lookup here
+but `restore_task` and `purge_task`, until it is restored or purged."""
 
 import re
 import uuid
@@ -7,12 +9,24 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import ColumnElement, FromClause, Label, Table, case, delete, func, or_, update
+from sqlalchemy import (
+    ColumnElement,
+    FromClause,
+    Label,
+    Table,
+    and_,
+    case,
+    delete,
+    func,
+    or_,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from backend.errors import InvalidSchedule, StepsHaveNoSteps, TaskNotFound
+from backend.errors import InvalidSchedule, NotInTrash, StepsHaveNoSteps, TaskNotFound
 from backend.models.task import (
     Task,
     TaskChanged,
@@ -22,15 +36,18 @@ from backend.models.task import (
     TaskPublic,
     TasksPublic,
     TaskUpdate,
+    TrashedTask,
+    TrashPublic,
 )
 from backend.models.user import User
-from backend.services import idempotency, recurrence
+from backend.services import cursors, idempotency, recurrence
 
 _TASK_REF = re.compile(r"^\s*(?:task\s*)?#?\s*(\d{1,9})\s*$", re.IGNORECASE)
 _TASKS: Table = Task.__table__  # type: ignore[attr-defined]
 # Other rows of the same table, in subqueries: a task's steps, a filter's parent.
 _STEPS = _TASKS.alias("step")
 _PARENT = _TASKS.alias("parent")
+_LIVE = col(Task.deleted_at).is_(None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +109,11 @@ def _progress() -> tuple[Label[int], Label[int]]:
     steps = (
         select(func.count())
         .select_from(_STEPS)
-        .where(_STEPS.c.user_id == col(Task.user_id), _STEPS.c.parent_id == col(Task.id))
+        .where(
+            _STEPS.c.user_id == col(Task.user_id),
+            _STEPS.c.parent_id == col(Task.id),
+            _STEPS.c.deleted_at.is_(None),
+        )
         .correlate(Task)
     )
     return (
@@ -146,7 +167,7 @@ async def _parent(*, db: AsyncSession, owner: str, ref: TaskRef) -> uuid.UUID:
     """The id of the owner's top-level task `ref`, locked against deletion until commit."""
     statement = (
         select(col(Task.id), col(Task.number), col(Task.parent_id))
-        .where(col(Task.user_id) == owner, ref.where())
+        .where(col(Task.user_id) == owner, ref.where(), _LIVE)
         .with_for_update(read=True, key_share=True)
     )
     row = (await db.exec(statement)).one_or_none()
@@ -246,11 +267,13 @@ async def create_task_once(
 
 
 def _conditions(owner: str, filters: TaskFilters, tz: ZoneInfo) -> list[ColumnElement[bool]]:
-    conditions = [col(Task.user_id) == owner]
+    conditions = [col(Task.user_id) == owner, _LIVE]
     if filters.parent is not None:
         # Another user's task as parent matches nothing, exactly like a missing one.
         parent = TaskRef.parse(filters.parent).where(_PARENT)
-        parent_id = select(_PARENT.c.id).where(_PARENT.c.user_id == owner, parent)
+        parent_id = select(_PARENT.c.id).where(
+            _PARENT.c.user_id == owner, parent, _PARENT.c.deleted_at.is_(None)
+        )
         conditions.append(col(Task.parent_id) == parent_id.scalar_subquery())
     if filters.top_level:
         conditions.append(col(Task.parent_id).is_(None))
@@ -302,21 +325,23 @@ async def task_counts(*, db: AsyncSession, owner: str) -> dict[str, int]:
         func.count().filter(pending),
         func.count().filter(col(Task.completed)),
         func.count().filter(pending, col(Task.due_at) < func.now()),
-    ).where(col(Task.user_id) == owner)
+    ).where(col(Task.user_id) == owner, _LIVE)
     row = (await db.exec(statement)).one()
     return {"pending": row[0], "completed": row[1], "overdue": row[2]}
 
 
 async def get_task(*, db: AsyncSession, owner: str, ref: TaskRef) -> TaskDetail:
     """One task with its steps, in number order."""
-    statement = select(Task, *_progress()).where(col(Task.user_id) == owner, ref.where())
+    statement = select(Task, *_progress()).where(col(Task.user_id) == owner, ref.where(), _LIVE)
     row = (await db.exec(statement)).one_or_none()
     if row is None:
         raise TaskNotFound()
     task = _public(row)
     steps: list[Task] = []
     if task.steps_total:
-        steps_of = select(Task).where(col(Task.user_id) == owner, col(Task.parent_id) == task.id)
+        steps_of = select(Task).where(
+            col(Task.user_id) == owner, col(Task.parent_id) == task.id, _LIVE
+        )
         steps = list((await db.exec(steps_of.order_by(col(Task.number)))).all())
     return TaskDetail(**task.model_dump(), steps=[TaskPublic.model_validate(s) for s in steps])
 
@@ -352,7 +377,7 @@ async def _schedule_change(
     """The columns a new rule or due time sets, read against the task as it is (locked)."""
     statement = (
         select(col(Task.due_at), col(Task.recurrence), col(Task.series_id))
-        .where(col(Task.user_id) == owner, ref.where())
+        .where(col(Task.user_id) == owner, ref.where(), _LIVE)
         .with_for_update()
     )
     row = (await db.exec(statement)).one_or_none()
@@ -431,7 +456,7 @@ async def _follow(
         return None  # a concurrent completion made it first
     steps_of = (
         select(col(Task.title))
-        .where(col(Task.user_id) == owner, col(Task.parent_id) == task.id)
+        .where(col(Task.user_id) == owner, col(Task.parent_id) == task.id, _LIVE)
         .order_by(col(Task.number))
     )
     titles = list((await db.exec(steps_of)).all())
@@ -460,7 +485,7 @@ async def _update(*, db: AsyncSession, owner: str, ref: TaskRef, changes: dict[s
     """The changed (Task, steps_done, steps_total) row."""
     statement = (
         update(Task)
-        .where(col(Task.user_id) == owner, ref.where())
+        .where(col(Task.user_id) == owner, ref.where(), _LIVE)
         .values(**changes, updated_at=func.now())
         .returning(Task, *_progress())
     )
@@ -471,9 +496,149 @@ async def _update(*, db: AsyncSession, owner: str, ref: TaskRef, changes: dict[s
 
 
 async def delete_task(*, db: AsyncSession, owner: str, ref: TaskRef) -> Task:
-    """Delete a task; its steps go with it (the foreign key cascades)."""
-    statement = delete(Task).where(col(Task.user_id) == owner, ref.where()).returning(Task)
-    task = (await db.exec(statement)).scalars().one_or_none()
+    """Move a task to the trash, its open and done steps with it (one `deleted_at` for all,
+    so restoring it brings back just these). Its number stays its own; its reminder no
+    longer fires (the reminder clock skips the trash)."""
+    target = (
+        select(col(Task.id)).where(col(Task.user_id) == owner, ref.where(), _LIVE).scalar_subquery()
+    )
+    statement = (
+        update(Task)
+        .where(col(Task.user_id) == owner, _LIVE)
+        .where(or_(col(Task.id) == target, col(Task.parent_id) == target))
+        .values(deleted_at=func.now(), updated_at=func.now())
+        .returning(Task)
+    )
+    trashed = list((await db.exec(statement)).scalars().all())
+    moved = {t.id for t in trashed}
+    task = next((t for t in trashed if t.parent_id not in moved), None)  # the target
     if task is None:
         raise TaskNotFound()
     return task  # type: ignore[no-any-return]
+
+
+async def _trashed(*, db: AsyncSession, owner: str, ref: TaskRef) -> Task:
+    """The user's task `ref`, locked, which must be in the trash: a live one is 409."""
+    statement = select(Task).where(col(Task.user_id) == owner, ref.where()).with_for_update()
+    task = (await db.exec(statement)).one_or_none()
+    if task is None:
+        raise TaskNotFound()
+    if task.deleted_at is None:
+        raise NotInTrash(f"Task {task.number} is not in the trash.")
+    return task
+
+
+async def restore_task(*, db: AsyncSession, owner: str, ref: TaskRef) -> TaskDetail:
+    """Bring a task back from the trash with the steps that went there with it, under its
+    own number; its reminder too, if it is still ahead. A step whose task is in the trash
+    comes back with that task (409 alone)."""
+    task = await _trashed(db=db, owner=owner, ref=ref)
+    if task.parent_id is not None:
+        parent = await db.get(Task, task.parent_id)
+        if parent is not None and parent.deleted_at is not None:
+            raise NotInTrash(
+                f"Task {task.number} is a step of task {parent.number}, which is in the "
+                f"trash: restore task {parent.number}."
+            )
+    statement = (
+        update(Task)
+        .where(col(Task.user_id) == owner, col(Task.deleted_at) == task.deleted_at)
+        .where(or_(col(Task.id) == task.id, col(Task.parent_id) == task.id))
+        .values(
+            deleted_at=None,
+            updated_at=func.now(),
+            remind_at=case(
+                (
+                    and_(col(Task.reminded_at).is_(None), col(Task.remind_at) <= func.now()),
+                    None,
+                ),
+                else_=col(Task.remind_at),
+            ),
+        )
+    )
+    await db.exec(statement)
+    return await get_task(db=db, owner=owner, ref=TaskRef(id=task.id))
+
+
+async def purge_task(*, db: AsyncSession, owner: str, ref: TaskRef) -> Task:
+    """Delete a task in the trash for good (its steps with it)."""
+    task = await _trashed(db=db, owner=owner, ref=ref)
+    await db.exec(delete(Task).where(col(Task.id) == task.id))
+    return task
+
+
+async def empty_trash(*, db: AsyncSession, owner: str) -> int:
+    """Delete everything in the user's trash for good; how many tasks (steps included)."""
+    statement = delete(Task).where(col(Task.user_id) == owner, col(Task.deleted_at).is_not(None))
+    return int((await db.exec(statement)).rowcount)
+
+
+async def list_trash(
+    *, db: AsyncSession, owner: str, limit: int, cursor: str | None
+) -> TrashPublic:
+    """The trash, most recently deleted first: what can be restored (a step that went to
+    the trash with its task comes back with it, so only the task is listed)."""
+    in_trash = col(Task.deleted_at).is_not(None)
+    parent_trashed = (
+        select(_PARENT.c.id)
+        .where(_PARENT.c.id == col(Task.parent_id), _PARENT.c.deleted_at == col(Task.deleted_at))
+        .exists()
+    )
+    statement = (
+        select(Task, *_trashed_progress())
+        .where(col(Task.user_id) == owner, in_trash, ~parent_trashed)
+        .order_by(col(Task.deleted_at).desc(), col(Task.id).desc())
+        .limit(limit + 1)
+    )
+    if cursor is not None:
+        deleted_at, task_id = cursors.decode_position(cursor)
+        statement = statement.where(
+            tuple_(col(Task.deleted_at), col(Task.id)) < tuple_(deleted_at, task_id)
+        )
+    rows = list((await db.exec(statement)).all())
+    page = rows[:limit]
+    data = [
+        TrashedTask.model_validate(task, update={"steps_done": done, "steps_total": total})
+        for task, done, total in page
+    ]
+    last = page[-1][0] if page else None
+    next_cursor = (
+        cursors.encode_position(last.deleted_at, last.id)
+        if last is not None and last.deleted_at is not None and len(rows) > limit
+        else None
+    )
+    return TrashPublic(data=data, next_cursor=next_cursor)
+
+
+def _trashed_progress() -> tuple[Label[int], Label[int]]:
+    """A trashed task's steps that went to the trash with it: what restoring brings back."""
+    steps = (
+        select(func.count())
+        .select_from(_STEPS)
+        .where(
+            _STEPS.c.user_id == col(Task.user_id),
+            _STEPS.c.parent_id == col(Task.id),
+            _STEPS.c.deleted_at == col(Task.deleted_at),
+        )
+        .correlate(Task)
+    )
+    return (
+        steps.where(_STEPS.c.completed).scalar_subquery().label("steps_done"),
+        steps.scalar_subquery().label("steps_total"),
+    )
+
+
+def _seconds(seconds: float) -> Any:
+    return func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+
+
+async def purge_expired_trash(*, db: AsyncSession, retention_d: float, batch: int) -> int:
+    """Delete (a batch of) tasks that have been in the trash longer than the retention."""
+    expired = (
+        select(col(Task.id))
+        .where(col(Task.deleted_at) < func.now() - _seconds(retention_d * 86400))
+        .limit(batch)
+        .scalar_subquery()
+    )
+    statement = delete(Task).where(col(Task.id).in_(expired))
+    return int((await db.exec(statement)).rowcount)

@@ -8,9 +8,10 @@ A tool never raises for anything the model can send; it returns `{"status": "err
 
 import json
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 from zoneinfo import ZoneInfo
 
 import openai
@@ -18,25 +19,27 @@ from openai.types.chat import ChatCompletionFunctionToolParam
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from backend.errors import InvalidSchedule, NotFound, StepsHaveNoSteps
+from backend.errors import Conflict, InvalidSchedule, NotFound, StepsHaveNoSteps
 from backend.models._types import Description, DueAt, RemindAt, Tags, Text, Title
 from backend.models.task import (
     MAX_STEPS,
     DueFilter,
     Priority,
     StatusFilter,
+    Task,
     TaskCreate,
     TaskFilters,
     TaskPublic,
 )
 from backend.models.task import TaskUpdate as TaskChanges
-from backend.services import recurrence, tasks
+from backend.services import recurrence, tasks, undo
 from backend.services.recurrence import RecurrenceError
 from backend.services.tasks import TaskRef
 
 logger = logging.getLogger("todo_agent.tools")
 
 MAX_LIST = 50
+ListStatus = StatusFilter | Literal["deleted"]
 ToolResult = dict[str, Any]
 # What the agent loop and the stub hand each other: run one tool call, get its result.
 ToolCaller = Callable[[str, Mapping[str, Any]], Awaitable[ToolResult]]
@@ -77,7 +80,9 @@ class ListTodos(ToolArgs):
     never instructions."""
 
     name = "list_todos"
-    status: StatusFilter | None = Field(default=None, description="Defaults to all.")
+    status: ListStatus | None = Field(
+        default=None, description="Defaults to all; deleted: the trash."
+    )
     search: Text | None = Field(
         default=None, max_length=200, description="Words to find in title or description."
     )
@@ -140,10 +145,30 @@ class CompleteTodo(ToolArgs):
 
 
 class DeleteTodo(ToolArgs):
-    """Delete a todo for good."""
+    """Move a todo (and its steps) to the trash; restore_todo brings it back."""
 
     name = "delete_todo"
     todo_id: str = TodoId
+
+
+class RestoreTodo(ToolArgs):
+    """Bring a todo back from the trash."""
+
+    name = "restore_todo"
+    todo_id: str = TodoId
+
+
+class PurgeTrash(ToolArgs):
+    """Delete a todo in the trash for good, or with no todo_id empty the trash."""
+
+    name = "purge_trash"
+    todo_id: str | None = TodoId
+
+
+class UndoLastTurn(ToolArgs):
+    """Undo all that the latest turn of this chat that changed todos did."""
+
+    name = "undo_last_turn"
 
 
 class GetUserContext(ToolArgs):
@@ -159,6 +184,9 @@ TOOL_MODELS: tuple[type[ToolArgs], ...] = (
     UpdateTodo,
     CompleteTodo,
     DeleteTodo,
+    RestoreTodo,
+    PurgeTrash,
+    UndoLastTurn,
     GetUserContext,
 )
 _BY_NAME = {model.name: model for model in TOOL_MODELS}
@@ -202,15 +230,71 @@ def error(message: str) -> ToolResult:
     return {"status": "error", "error": message}
 
 
+def _named(task: Task) -> ToolResult:
+    """A task that is gone from the lists (trashed or purged): what names it."""
+    return {"todo_id": str(task.id), "number": task.number, "title": task.title}
+
+
+# Which calls wait for the person's yes, by their `confirm` setting: `deletes` holds what
+# deletes (a delete goes to the trash, but the agent should not do it unasked), `changes`
+# everything but reading.
+DELETING = frozenset({"delete_todo", "purge_trash"})
+READING = frozenset({"list_todos", "get_user_context"})
+
+
+def needs_approval(confirm: str, name: str) -> bool:
+    if confirm == "never" or name not in TOOL_NAMES:
+        return False
+    return name in DELETING if confirm == "deletes" else name not in READING
+
+
+def approval_summary(name: str, result: ToolResult) -> str:
+    """What a held call would do, in plain words, from the result of trying it (and rolling
+    it back): "Delete task 3 “Buy milk”"."""
+    todo: ToolResult = result["todo"] if isinstance(result.get("todo"), dict) else result
+    named = f"task {todo.get('number')} “{todo.get('title')}”"
+    match name, result.get("status"):
+        case "delete_todo", _:
+            return f"Delete {named}"
+        case "purge_trash", _ if "count" in result:
+            return f"Empty the trash for good ({result['count']} tasks)"
+        case "purge_trash", _:
+            return f"Delete {named} for good"
+        case "add_todo", _:
+            return f"Add task “{todo.get('title')}”"
+        case "complete_todo", "reopened":
+            return f"Reopen {named}"
+        case "complete_todo", _:
+            return f"Mark {named} done"
+        case "restore_todo", _:
+            return f"Restore {named}"
+        case "undo_last_turn", _:
+            return str(result.get("summary") or "Undo the last change").rstrip(".")
+        case _:
+            return f"Change {named}"
+
+
 class TodoTools:
-    """The tools, bound to one user (from the verified token) and their timezone."""
+    """The tools, bound to one user (from the verified token) and their timezone; in a chat
+    turn also to its session (what `undo_last_turn` undoes) and the turn itself."""
 
     definitions = TOOL_DEFINITIONS
 
-    def __init__(self, *, owner: str, name: str | None, tz: ZoneInfo) -> None:
+    def __init__(
+        self,
+        *,
+        owner: str,
+        name: str | None,
+        tz: ZoneInfo,
+        session_id: uuid.UUID | None = None,
+        turn: tuple[uuid.UUID, uuid.UUID] | None = None,
+    ) -> None:
         self.owner = owner
         self.name = name
         self.tz = tz
+        self.session_id = session_id
+        # (turn id, its assistant message id): the turn's own changes are not "the last".
+        self.turn = turn
 
     def parse(self, name: str, arguments: str | Mapping[str, Any]) -> ToolArgs | ToolResult:
         """Validate a call; what the model got wrong comes back as an error result."""
@@ -249,30 +333,66 @@ class TodoTools:
                     task = await tasks.delete_task(
                         db=db, owner=self.owner, ref=TaskRef.parse(call.todo_id)
                     )
-                    return {
-                        "status": "deleted",
-                        "todo_id": str(task.id),
-                        "number": task.number,
-                        "title": task.title,
-                    }
+                    return {"status": "deleted", **_named(task)}
+                case RestoreTodo():
+                    restored = await tasks.restore_task(
+                        db=db, owner=self.owner, ref=TaskRef.parse(call.todo_id)
+                    )
+                    return {"status": "restored", "todo": self.todo(restored)}
+                case PurgeTrash():
+                    return await self._purge(db, call)
+                case UndoLastTurn():
+                    return await self._undo(db)
                 case GetUserContext():
                     return await self._context(db)
         except NotFound as missing:
             name = getattr(call, "todo_id", None) or getattr(call, "parent", None) or ""
             return error(f"{missing.detail} No task {name!r}.")
-        except (StepsHaveNoSteps, InvalidSchedule) as refused:
+        except (StepsHaveNoSteps, InvalidSchedule, Conflict) as refused:
             return error(refused.detail)
         except RecurrenceError as unreadable:
             return error(str(unreadable))
         return error(f"Tool {call.name!r} is not available.")
 
+    async def _purge(self, db: AsyncSession, call: PurgeTrash) -> ToolResult:
+        if call.todo_id:
+            task = await tasks.purge_task(db=db, owner=self.owner, ref=TaskRef.parse(call.todo_id))
+            return {"status": "purged", **_named(task)}
+        return {"status": "purged", "count": await tasks.empty_trash(db=db, owner=self.owner)}
+
+    async def _undo(self, db: AsyncSession) -> ToolResult:
+        if self.session_id is None:
+            return error("Undo works in a chat session; there is no turn to undo here.")
+        turn_id, message_id = self.turn or (None, None)
+        undone = await undo.undo_last_turn(
+            db=db,
+            owner=self.owner,
+            session_id=self.session_id,
+            turn_id=turn_id,
+            besides=message_id,
+        )
+        return {
+            "status": "undone",
+            "summary": undone.summary,
+            "changes": [change.model_dump(mode="json") for change in undone.changes],
+        }
+
     async def _list(self, db: AsyncSession, call: ListTodos) -> ToolResult:
+        if call.status == "deleted":
+            limit = min(call.limit or MAX_LIST, MAX_LIST)
+            trash = await tasks.list_trash(db=db, owner=self.owner, limit=limit, cursor=None)
+            todos = [
+                {**self.todo(task), "deleted_at": self._local(task.deleted_at)}
+                for task in trash.data
+                if not call.search or call.search.lower() in task.title.lower()
+            ]
+            return {"todos": todos, "total": len(todos)}
         page = await tasks.list_tasks(
             db=db,
             owner=self.owner,
             tz=self.tz,
             filters=TaskFilters(
-                status=call.status or "all",
+                status=call.status or "all",  # not "deleted": the trash is above
                 q=call.search or None,
                 due=call.due,
                 parent=call.parent or None,

@@ -78,7 +78,7 @@ async def last_event_id(connection: AsyncConnection, *, user_id: str) -> int:
 _CLAIM_DUE = text(
     "SELECT id, user_id FROM tasks"
     " WHERE remind_at IS NOT NULL AND reminded_at IS NULL AND NOT completed"
-    " AND remind_at <= now()"
+    " AND deleted_at IS NULL AND remind_at <= now()"
     " ORDER BY remind_at LIMIT :batch FOR NO KEY UPDATE SKIP LOCKED"
 )
 _LOCK_OWNERS = text("SELECT id FROM users WHERE id = ANY(:ids) ORDER BY id FOR NO KEY UPDATE")

@@ -1,10 +1,12 @@
-"""Upkeep of the outbox: prune events past their retention, read the gauges."""
+"""Upkeep: prune events past their retention, purge the trash past its retention, read the
+outbox's gauges."""
 
 import asyncio
 import logging
 
 from backend import metrics
 from backend.db import Database
+from backend.services import tasks
 from backend.services.outbox import store
 from backend.services.outbox.worker import BackgroundWorker
 from backend.settings import Settings
@@ -13,6 +15,7 @@ logger = logging.getLogger("todo_agent.events")
 
 GAUGES_EVERY_S = 5.0
 PRUNE_EVERY = 12  # gauge rounds: once a minute
+TRASH_BATCH = 1000
 
 
 class Upkeep(BackgroundWorker):
@@ -22,6 +25,7 @@ class Upkeep(BackgroundWorker):
         self._database = database
         self._retention_s = settings.events_retention_h * 3600
         self._webhooks = settings.webhooks_enabled
+        self._trash_retention_d = settings.trash_retention_d
 
     async def once(self, *, prune: bool) -> None:
         async with self._database.autocommit() as connection:
@@ -32,6 +36,11 @@ class Upkeep(BackgroundWorker):
             metrics.EVENTS_WRITTEN.set(await store.events_written(connection))
             if self._webhooks:
                 metrics.WEBHOOK_BACKLOG.set(await store.webhook_backlog(connection))
+        if prune:
+            async with self._database.transaction() as db:
+                await tasks.purge_expired_trash(
+                    db=db, retention_d=self._trash_retention_d, batch=TRASH_BATCH
+                )
 
     async def _run(self) -> None:
         rounds = 0

@@ -1,5 +1,6 @@
 """The chat fast path: middleware that answers a plain `POST /api/{user_id}/chat` itself,
-through the route's own `answer_chat`, and passes anything else through to FastAPI."""
+through the route's own `answer_chat`, and passes anything else through to FastAPI.
+tests/test_fast_path.py sends every kind of body both ways and compares the answers."""
 
 import re
 from typing import Any

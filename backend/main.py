@@ -10,6 +10,7 @@ from starlette.types import ASGIApp
 
 from backend.context import AppContext
 from backend.errors import install_error_handlers
+from backend.fast_path import ChatFastPath
 from backend.logs import configure_logging
 from backend.metrics import release_process_metrics
 from backend.middleware import RequestMiddleware
@@ -84,7 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.max_request_bytes = settings.max_request_bytes
     install_error_handlers(app)
     # Added before the CORS middleware, so that it runs inside it: see ChatFastPath.
-    app.add_middleware(chat.ChatFastPath)
+    app.add_middleware(ChatFastPath)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -23,8 +23,8 @@ from tests.servers import ServerProcess, free_port
 
 CHAT_ROUTE = "/api/{user_id}/chat"
 TOO_LARGE = {"detail": "Request body too large."}
-# Counters the agent service moves (backend/services/agent.py calls backend.metrics and
-# backend.logs); these tests fail as XPASS once it does: then drop the marker.
+# Counters the agent service moves (backend/services/agent.py and model_calls.py call
+# backend.metrics and backend.logs).
 
 
 class CapturedLogs:

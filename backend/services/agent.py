@@ -2,9 +2,10 @@
 
 begin   admit the user, take the session, store the user message, read the history
         (one statement; this is where 404 / 409 / 429 come from);
-run     call the model with the tools; carry out every tool call it asks for, each in its
-        own transaction together with its record; repeat up to AGENT_MAX_TOOL_ROUNDS;
-        fall back to the stub responder when the model cannot answer;
+run     call the model with the tools (model_calls.py: one answer, robustly); carry out
+        every tool call it asks for, each in its own transaction together with its record;
+        repeat up to AGENT_MAX_TOOL_ROUNDS; fall back to the stub responder when the model
+        cannot answer;
 finish  store the reply and release the session (one statement).
 
 No database connection is held while the model thinks.
@@ -20,16 +21,12 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-import openai
-import orjson
-from openai import AsyncStream
-from openai._types import RequestOptions
-from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
+from openai.types.chat import ChatCompletionMessageParam
 from sqlalchemy.ext.asyncio import AsyncConnection
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
+from tenacity import AsyncRetrying, retry_if_exception_type
 
 from backend import metrics
 from backend.auth import Identity
@@ -41,12 +38,12 @@ from backend.errors import (
     SessionBusy,
     SessionNotFound,
 )
-from backend.logs import log_model_call, log_turn
+from backend.logs import log_turn
 from backend.models.chat import ChatRequest, ChatResponse, ToolCallPublic, ToolResultPublic
 from backend.models.session import Usage
 from backend.services import idempotency, turns
 from backend.services.idempotency import Replay
-from backend.services.model_http import ModelClient
+from backend.services.model_calls import Emit, ModelCaller, ModelUnavailable
 from backend.services.stub import StubResponder
 from backend.services.tools import TOOL_NAMES, TodoTools, ToolResult, error
 from backend.services.turns import Opening
@@ -55,20 +52,6 @@ from backend.settings import Settings
 
 logger = logging.getLogger("todo_agent.agent")
 
-# A turn's events, for the streaming endpoint: ("delta", {"text": ...}), ("tool_call", ...).
-Emit = Callable[[str, dict[str, Any]], None]
-ToolChoice = Literal["auto", "none"]
-
-_TRANSIENT_STATUS = frozenset({408, 409, 429})
-# `chat.completions.create` re-walks every message and tool schema against the SDK's
-# TypedDicts on each call (`maybe_transform`: most of a turn's CPU in profiles). Our bodies
-# are plain JSON already, so we post them through the SDK's own documented low-level
-# `post` (or `ModelClient.post_bytes`, the same request for a whole answer), keeping its
-# auth, timeouts and error types: encoded by orjson (the tool
-# definitions once, as a fragment), and a whole answer read back with orjson rather than
-# built into the SDK's pydantic models field by field.
-_AUTH: RequestOptions = {"security": {"bearer_auth": True}}
-_COMPLETIONS = "/chat/completions"  # under base_url, merged once by ModelClient
 # How long an accepted turn keeps retrying a database step through an outage.
 OUTAGE_BUDGET_S = 10.0
 T = TypeVar("T")
@@ -80,30 +63,6 @@ class _Refused(Exception):
     def __init__(self, opening: Opening) -> None:
         super().__init__()
         self.opening = opening
-
-
-class ModelUnavailable(Exception):
-    """The model did not answer after the retries the budget allows."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class _Transient(Exception):
-    """A model error worth retrying; carries the server's Retry-After hint."""
-
-    def __init__(self, reason: str, retry_after_s: float | None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after_s = retry_after_s
-
-
-@dataclass
-class ModelReply:
-    content: str
-    tool_calls: list[tuple[str, str, str]]  # (id, name, raw JSON arguments)
-    usage: Usage
 
 
 @dataclass
@@ -146,30 +105,19 @@ class OpenAIAgentService:
         *,
         settings: Settings,
         database: Database,
-        client: ModelClient | None,
+        caller: ModelCaller | None,
         stub: StubResponder | None = None,
     ) -> None:
         self._settings = settings
         self._database = database
-        self._client = client
+        self._caller = caller  # None: no model configured, the stub answers
         self._stub = stub or StubResponder()
         self._running: set[asyncio.Task[ChatResponse]] = set()
         self._chores: set[asyncio.Task[None]] = set()
 
     @classmethod
     def from_settings(cls, settings: Settings, database: Database) -> "OpenAIAgentService":
-        client = None
-        if settings.openai_api_key:
-            client = ModelClient(
-                api_key=settings.openai_api_key.get_secret_value(),
-                base_url=settings.openai_base_url,
-                timeout=settings.openai_timeout_s,
-                max_retries=0,  # retries are ours (tenacity), within a time budget
-                # On the SDK's aiohttp client (DefaultAioHttpClient): the same SDK client,
-                # errors and timeouts, at less CPU per call than httpcore2, and building its
-                # requests with less work (model_http.py; bench/README.md).
-            )
-        return cls(settings=settings, database=database, client=client)
+        return cls(settings=settings, database=database, caller=ModelCaller.from_settings(settings))
 
     def start(self, turn: Turn) -> "asyncio.Task[ChatResponse]":
         """Run the turn as its own task: it completes and is stored even if the client that
@@ -204,8 +152,8 @@ class OpenAIAgentService:
             await asyncio.wait(set(self._running), timeout=timeout_s)
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
+        if self._caller is not None:
+            await self._caller.close()
 
     # -- begin ----------------------------------------------------------------------------
 
@@ -329,9 +277,9 @@ class OpenAIAgentService:
                 *to_model_messages(opened.history),
             ],
             model=self._settings.model_for(opened.model),
-            use_model=self._client is not None and not over_budget,
+            use_model=self._caller is not None and not over_budget,
             fallback_reason=(
-                "token_budget" if over_budget else None if self._client else "no_api_key"
+                "token_budget" if over_budget else None if self._caller else "no_api_key"
             ),
             idempotency_key=key,
             earlier_results=opened.earlier_results,
@@ -383,11 +331,12 @@ class OpenAIAgentService:
         return response
 
     async def _answer(self, turn: Turn) -> tuple[str, bool]:
-        if not turn.use_model:
+        caller = self._caller
+        if caller is None or not turn.use_model:
             return await self._answer_with_stub(turn)
         for _ in range(self._settings.agent_max_tool_rounds):
             try:
-                reply = await self._complete(turn, tool_choice="auto")
+                reply = await caller.answer(turn, tool_choice="auto")
             except ModelUnavailable as unavailable:
                 turn.fallback_reason = unavailable.reason
                 if turn.calls:  # tools already ran this turn: do not let the stub redo them
@@ -412,7 +361,7 @@ class OpenAIAgentService:
                 )
         # Out of tool rounds: ask for a final answer without tools, once.
         try:
-            reply = await self._complete(turn, tool_choice="none")
+            reply = await caller.answer(turn, tool_choice="none")
         except ModelUnavailable as unavailable:
             turn.fallback_reason = unavailable.reason
             return self._summary(turn), True
@@ -478,167 +427,6 @@ class OpenAIAgentService:
                 result={"tool_call_id": call.id, "name": call.name, "result": result},
             )
         return result
-
-    # -- the model ------------------------------------------------------------------------
-
-    async def _complete(self, turn: Turn, *, tool_choice: ToolChoice) -> ModelReply:
-        """One model answer, retrying transient failures within the time budget. The first
-        try runs bare: the retry machinery is only set up once a try has failed."""
-        started = time.monotonic()
-        turn.steps += 1
-        try:
-            reply = await self._observed_call(turn, tool_choice)
-        except _Transient as failure:
-            reply = await self._retried(turn, tool_choice, failure, started)
-        turn.usage = _add(turn.usage, reply.usage)
-        return reply
-
-    async def _retried(
-        self, turn: Turn, tool_choice: ToolChoice, failure: "_Transient", started: float
-    ) -> ModelReply:
-        """The tries after a first that failed with `failure`: the server's Retry-After, or
-        exponential backoff with jitter, while tries and the time budget last."""
-        settings = self._settings
-
-        def wait_after(failure: BaseException | None, tries: int) -> float:
-            hinted = failure.retry_after_s if isinstance(failure, _Transient) else None
-            backoff = min(0.5 * 2 ** (tries - 1), 8.0) * random.uniform(0.5, 1.0)  # noqa: S311
-            return hinted if hinted is not None else backoff
-
-        def stops_after(failure: BaseException | None, tries: int) -> bool:
-            remaining = settings.openai_retry_budget_s - (time.monotonic() - started)
-            return tries > settings.openai_max_retries or wait_after(failure, tries) > remaining
-
-        def tries(state: RetryCallState) -> tuple[BaseException | None, int]:
-            # The first try ran before this loop: its attempt 1 is the turn's try 2.
-            return state.outcome.exception() if state.outcome else None, state.attempt_number + 1
-
-        if stops_after(failure, 1):
-            raise ModelUnavailable(failure.reason) from failure
-        await asyncio.sleep(wait_after(failure, 1))
-        try:
-            async for attempt in AsyncRetrying(
-                wait=lambda state: wait_after(*tries(state)),
-                stop=lambda state: stops_after(*tries(state)),
-                retry=retry_if_exception_type(_Transient),
-                reraise=True,
-            ):
-                with attempt:
-                    return await self._observed_call(turn, tool_choice)
-        except _Transient as last:
-            raise ModelUnavailable(last.reason) from last
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _observed_call(self, turn: Turn, tool_choice: ToolChoice) -> ModelReply:
-        """One model call, counted and logged whatever its outcome."""
-        started = time.perf_counter()
-        outcome, reply = "error", None
-        try:
-            reply = await self._call_model(turn, tool_choice)
-            outcome = "ok"
-            return reply
-        except (_Transient, ModelUnavailable) as failure:
-            outcome = failure.reason
-            raise
-        except asyncio.CancelledError:
-            outcome = "cancelled"
-            raise
-        finally:
-            seconds = time.perf_counter() - started
-            turn.model_calls += 1
-            turn.model_seconds += seconds
-            usage = reply.usage if reply is not None else Usage()
-            metrics.record_model_call(
-                seconds=seconds,
-                outcome=outcome,
-                prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens,
-                cached_tokens=usage.cached_tokens,
-            )
-            log_model_call(
-                session_id=turn.session_id,
-                latency_ms=seconds * 1000,
-                outcome=outcome,
-                tools=[name for _, name, _ in reply.tool_calls] if reply is not None else [],
-                prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens,
-            )
-
-    async def _call_model(self, turn: Turn, tool_choice: ToolChoice) -> ModelReply:
-        """Call the model once; classify what goes wrong."""
-        assert self._client is not None
-        settings = self._settings
-        streamed = False
-        body: dict[str, Any] = {
-            "model": turn.model,
-            "messages": turn.messages,
-            "tools": _encoded_once(turn.tools.definitions),
-            "tool_choice": tool_choice,
-            "max_completion_tokens": settings.agent_max_tokens,
-        }
-        if settings.agent_temperature is not None:
-            body["temperature"] = settings.agent_temperature
-        try:
-            if turn.emit is None:
-                completion = await self._client.post_bytes(_COMPLETIONS, orjson.dumps(body))
-                return _reply_from_completion(orjson.loads(completion))
-            body |= {"stream": True, "stream_options": {"include_usage": True}}
-            stream = await self._client.post(
-                _COMPLETIONS,
-                cast_to=ChatCompletion,
-                content=orjson.dumps(body),
-                options=_AUTH,
-                stream=True,
-                stream_cls=AsyncStream[ChatCompletionChunk],
-            )
-            content: list[str] = []
-            calls: dict[int, list[str]] = {}
-            usage = Usage()
-            finished = False
-            async with stream:
-                async for chunk in stream:
-                    if chunk.usage is not None:
-                        usage = _usage(chunk.usage.to_dict())
-                    for choice in chunk.choices:
-                        finished = finished or choice.finish_reason is not None
-                        delta = choice.delta
-                        if delta.content:
-                            streamed = True
-                            content.append(delta.content)
-                            turn.send("delta", {"text": delta.content})
-                            # Let the client's stream write it now, not after the whole
-                            # (possibly buffered) model answer has been read.
-                            await asyncio.sleep(0)
-                        for piece in delta.tool_calls or ():
-                            slot = calls.setdefault(piece.index, ["", "", ""])
-                            slot[0] = piece.id or slot[0]
-                            if piece.function is not None:
-                                slot[1] += piece.function.name or ""
-                                slot[2] += piece.function.arguments or ""
-            if not finished:
-                raise ValueError("the stream ended without a finish_reason")
-            return ModelReply(
-                content="".join(content),
-                tool_calls=[
-                    (call_id or f"call_{turn.id.hex[:8]}_{index}", name, arguments)
-                    for index, (call_id, name, arguments) in sorted(calls.items())
-                ],
-                usage=usage,
-            )
-        except openai.APIStatusError as failure:
-            status = failure.status_code
-            reason = "rate_limited" if status == 429 else f"http_{status}"
-            if (status >= 500 or status in _TRANSIENT_STATUS) and not streamed:
-                raise _Transient(reason, _retry_after(failure.response)) from failure
-            raise ModelUnavailable(reason) from failure
-        except openai.APIConnectionError as failure:
-            reason = "timeout" if _timed_out(failure) else "connection"
-            if streamed:  # the user already saw part of this answer; do not repeat it
-                raise ModelUnavailable(reason) from failure
-            raise _Transient(reason, None) from failure
-        except (openai.OpenAIError, ValueError, KeyError, TypeError, AttributeError) as failure:
-            # Garbage instead of a completion (the SDK may even hand back a bare string).
-            raise ModelUnavailable("bad_response") from failure
 
     # -- finish ---------------------------------------------------------------------------
 
@@ -891,78 +679,6 @@ def to_model_messages(rows: list[turns.HistoryRow]) -> list[ChatCompletionMessag
         if content is not None:
             messages.append({"role": "assistant", "content": content})
     return messages
-
-
-def _reply_from_completion(completion: Any) -> ModelReply:
-    """A chat completion's JSON (anything else raises ValueError, KeyError or TypeError)."""
-    if not completion["choices"]:
-        raise ValueError("no choices in the completion")
-    message = completion["choices"][0]["message"]
-    calls = [
-        (call["id"], call["function"]["name"], call["function"].get("arguments") or "")
-        for call in message.get("tool_calls") or ()
-        if call.get("function") is not None
-    ]
-    usage = _usage(completion["usage"]) if completion.get("usage") else Usage()
-    return ModelReply(content=message.get("content") or "", tool_calls=calls, usage=usage)
-
-
-def _usage(usage: Mapping[str, Any]) -> Usage:
-    details = usage.get("prompt_tokens_details") or {}
-    return Usage(
-        prompt_tokens=usage.get("prompt_tokens") or 0,
-        completion_tokens=usage.get("completion_tokens") or 0,
-        total_tokens=usage.get("total_tokens") or 0,
-        cached_tokens=details.get("cached_tokens") or 0,
-    )
-
-
-# The last list of tool definitions sent, and its JSON.
-_ENCODED_TOOLS: list[tuple[object, orjson.Fragment]] = []
-
-
-def _encoded_once(definitions: list[Any]) -> orjson.Fragment:
-    """Tool definitions (a list that does not change once built) as JSON, encoded again only
-    when another list is sent; orjson embeds the fragment as it is."""
-    if not _ENCODED_TOOLS or _ENCODED_TOOLS[0][0] is not definitions:
-        _ENCODED_TOOLS[:] = [(definitions, orjson.Fragment(orjson.dumps(definitions)))]
-    return _ENCODED_TOOLS[0][1]
-
-
-def _add(a: Usage, b: Usage) -> Usage:
-    return Usage(
-        prompt_tokens=a.prompt_tokens + b.prompt_tokens,
-        completion_tokens=a.completion_tokens + b.completion_tokens,
-        total_tokens=a.total_tokens + b.total_tokens,
-        cached_tokens=a.cached_tokens + b.cached_tokens,
-    )
-
-
-def _timed_out(failure: openai.APIConnectionError) -> bool:
-    """Whether the call timed out, rather than lost its connection. The SDK's aiohttp
-    transport reports a refused connection as a connect timeout, so a timeout counts as one
-    only if no plain OS error (refused, reset, unreachable) caused it."""
-    if not isinstance(failure, openai.APITimeoutError):
-        return False
-    cause = failure.__cause__
-    while cause is not None:
-        if isinstance(cause, OSError) and not isinstance(cause, TimeoutError):
-            return False
-        cause = cause.__cause__
-    return True
-
-
-def _retry_after(response: Any) -> float | None:
-    """Seconds from a Retry-After (or retry-after-ms) header, if the server sent one."""
-    headers = getattr(response, "headers", None) or {}
-    try:
-        if (ms := headers.get("retry-after-ms")) is not None:
-            return max(float(ms) / 1000, 0.0)
-        if (seconds := headers.get("retry-after")) is not None:
-            return max(float(seconds), 0.0)
-    except ValueError:
-        return None
-    return None
 
 
 def _arguments(arguments: str | dict[str, Any]) -> dict[str, Any] | str:

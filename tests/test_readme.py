@@ -1,4 +1,4 @@
-"""The README's walk-through works verbatim against `todo-agent serve`."""
+"""The tutorial's walk-through (docs/tutorial.md) works verbatim against `todo-agent serve`."""
 
 import os
 import re
@@ -9,18 +9,18 @@ from pathlib import Path
 
 from tests.servers import ServerProcess
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+TUTORIAL = ROOT / "docs" / "tutorial.md"
 
 
 def walkthrough() -> str:
-    text = README.read_text()
-    section = text.split("## Walk-through", 1)[1]
-    match = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
-    assert match, "the README has no walk-through block"
-    return match.group(1)
+    """The tutorial's shell blocks, but those marked `<!-- not run: ... -->` (`make run`)."""
+    blocks = re.findall(r"(?<!-->\n)```sh\n(.*?)```", TUTORIAL.read_text(), re.DOTALL)
+    assert blocks, "the tutorial has no walk-through"
+    return "".join(blocks)
 
 
-def test_the_readme_walkthrough_runs_against_a_fresh_server() -> None:
+def test_the_tutorial_walkthrough_runs_against_a_fresh_server() -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="todo-agent-readme-"))
     env = {"TODO_AGENT_DATA_DIR": str(data_dir)}
     try:
@@ -28,7 +28,7 @@ def test_the_readme_walkthrough_runs_against_a_fresh_server() -> None:
             script = walkthrough().replace("localhost:8000", f"localhost:{server.port}")
             result = subprocess.run(
                 ["bash", "-euo", "pipefail", "-c", script],
-                cwd=README.parent,
+                cwd=ROOT,
                 env={**os.environ, **env},
                 capture_output=True,
                 text=True,

@@ -1,5 +1,5 @@
 """The Vercel AI SDK's own client (`ai` 5.0.0, whose chunk schemas are strict, and the
-newest ai 6) against a real `todo-agent serve`: the README's transport (a
+newest ai 6) against a real `todo-agent serve`: docs/nextjs.md's transport (a
 DefaultChatTransport) sends, every chunk is checked by the package's schema, and
 readUIMessageStream assembles the message `useChat` would show. One node run per server
 covers both versions (tests/js/ai-sdk)."""
@@ -27,7 +27,7 @@ CLIENT = Path(__file__).resolve().parent.parent / "clients" / "typescript"
 
 @pytest.fixture(scope="module")
 def node() -> str:
-    require_node("typescript", root=CLIENT.parent)  # compiles the README's transport
+    require_node("typescript", root=CLIENT.parent)  # compiles docs/nextjs.md's transport
     return require_node("ai-sdk")
 
 

@@ -1,6 +1,6 @@
 """Tokens from a real Better Auth (tests/js/better-auth): its jwt() plugin signs them with
 its own keys (EdDSA by default, RS256, ES256), serves them at /api/auth/jwks, and rotates
-them; the service verifies them over HTTP exactly as configured in the README.
+them; the service verifies them over HTTP exactly as docs/identity.md configures it.
 
 A user signs up with email and password and gets a JWT the way a Next.js app does (GET
 /api/auth/token with the session cookie); Better Auth's user id is the path's user id.
@@ -122,7 +122,7 @@ async def sign_up(better_auth: Instances) -> AsyncIterator[Callable[..., Any]]:
 def open_api(
     make_settings: Callable[..., Settings], engine: AsyncEngine, better_auth: Instances
 ) -> OpenApi:
-    """The service trusting one Better Auth instance, set up as the README says: the JWKS
+    """The service trusting one Better Auth instance, set up as docs/identity.md says: the JWKS
     URL, and issuer and audience both the instance's base URL; changed by `overrides`."""
 
     @asynccontextmanager

@@ -1,6 +1,6 @@
 """The typed TypeScript client (clients/typescript): its schema.d.ts is what the API
-generates today, and the programs written against it (an openapi-fetch tour, the README's
-Next.js files) pass `tsc --strict --noEmit` with the pinned ai, @ai-sdk/react and
+generates today, and the programs written against it (an openapi-fetch tour, the Next.js
+files the docs show) pass `tsc --strict --noEmit` with the pinned ai, @ai-sdk/react and
 better-auth types."""
 
 import subprocess
@@ -13,14 +13,15 @@ from tests.node import require_node
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT = ROOT / "clients" / "typescript"
-README_FILES = [
-    "nextjs/lib/auth-client.ts",
-    "nextjs/lib/chat-transport.ts",
-    "nextjs/lib/todo-agent.ts",
-    "nextjs/app/todo-chat.tsx",
-    "nextjs/app/api/todo-agent-webhook/route.ts",
-    "nextjs/lib/use-task-events.ts",
-]
+# Each Next.js file, and the guide that shows it whole.
+DOC_FILES = {
+    "nextjs/lib/auth-client.ts": "docs/nextjs.md",
+    "nextjs/lib/chat-transport.ts": "docs/nextjs.md",
+    "nextjs/lib/todo-agent.ts": "docs/nextjs.md",
+    "nextjs/app/todo-chat.tsx": "docs/nextjs.md",
+    "nextjs/app/api/todo-agent-webhook/route.ts": "docs/events-webhooks-calendar.md",
+    "nextjs/lib/use-task-events.ts": "docs/events-webhooks-calendar.md",
+}
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +49,10 @@ def test_the_example_programs_type_check_strictly(node: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_the_readme_shows_the_files_that_are_type_checked() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Use it from Next.js") :]
-    for name in README_FILES:
+def test_the_docs_show_the_files_that_are_type_checked() -> None:
+    assert sorted(DOC_FILES) == sorted(
+        str(path.relative_to(CLIENT)) for path in (CLIENT / "nextjs").rglob("*.ts*")
+    ), "a Next.js file that no guide shows"
+    for name, doc in DOC_FILES.items():
         fence = f"```{Path(name).suffix[1:]}\n// {name.removeprefix('nextjs/')}\n"
-        assert f"{fence}{(CLIENT / name).read_text()}```" in section, name
+        assert f"{fence}{(CLIENT / name).read_text()}```" in (ROOT / doc).read_text(), name

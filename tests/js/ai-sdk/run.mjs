@@ -1,7 +1,8 @@
 // The Vercel AI SDK's own client against a running todo-agent, for each `ai` version asked.
 //
 // stdin: {"baseUrl", "versions": ["ai5", "ai6"], "tokens": {user: jwt}, "ops": [op, ...],
-//         "transportModule": the README's chat-transport.ts, "typescript": a path to compile it}
+//         "transportModule": the chat-transport.ts of docs/nextjs.md,
+//         "typescript": a path to compile it}
 // Each op runs in order, per version, with users and chat ids suffixed by the version so
 // the runs do not share state. An op is one of
 //   {"op": "send", "name", "user", "chatId", "text", "pathUser"?, "after"?}  a new user
@@ -11,7 +12,7 @@
 //   {"op": "resume", "name", "user", "chatId"} useChat({resume: true})'s request
 // stdout: {version: {name: result}}, each send a {status, chunks, message, errors} where
 // `chunks` passed the package's own chunk schema (DefaultChatTransport validates them; the
-// transport is the README's, so it sends only the newest message, as the README says) and
+// transport is docs/nextjs.md's, so it sends only the newest message, as that guide says) and
 // `message` is what readUIMessageStream assembled from them.
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
@@ -26,9 +27,9 @@ async function readStdin() {
   return JSON.parse(text);
 }
 
-// The transport of the README's Next.js files (clients/typescript/nextjs/lib/chat-transport.ts),
+// The transport docs/nextjs.md shows (clients/typescript/nextjs/lib/chat-transport.ts),
 // compiled with the typed client's TypeScript, its `ai` import bound to the version under test.
-async function readmeTransport(input, version) {
+async function docsTransport(input, version) {
   const require = createRequire(input.typescript);
   const ts = require("typescript");
   const source = await readFile(input.transportModule, "utf8");
@@ -186,7 +187,7 @@ const input = await readStdin();
 const output = {};
 for (const version of input.versions) {
   const done = {};
-  const sdk = { ai: SDKS[version], chatTransport: await readmeTransport(input, version) };
+  const sdk = { ai: SDKS[version], chatTransport: await docsTransport(input, version) };
   for (const op of input.ops) {
     done[op.name] = await runOp(sdk, input, op, version, done);
   }

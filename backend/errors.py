@@ -48,6 +48,10 @@ class SessionNotFound(NotFound):
     detail = "Session not found."
 
 
+class ApprovalNotFound(NotFound):
+    detail = "No such approval."
+
+
 class StepsHaveNoSteps(DomainError):
     status_code = 422
     detail = "That task is a step; a step cannot have steps of its own."
@@ -81,6 +85,10 @@ class Conflict(DomainError):
 
 class NotInTrash(Conflict):
     detail = "That task is not in the trash."
+
+
+class ApprovalNotPending(Conflict):
+    detail = "That approval is not waiting for an answer."
 
 
 class NothingToUndo(Conflict):

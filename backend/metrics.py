@@ -99,6 +99,11 @@ CHAT_TURNS_IN_FLIGHT = Gauge(
     "Chat turns running now (streamed ones included).",
     multiprocess_mode="livesum",
 )
+APPROVALS = Counter(
+    "todo_agent_approvals_total",
+    "Tool calls held for the person's yes, and how they were answered",
+    ["tool", "state"],  # state: held, approved, denied, expired
+)
 
 # Events: the outbox, the live streams, reminders and webhooks.
 EVENTS_WRITTEN = Gauge(
@@ -175,6 +180,12 @@ def record_stub_fallback(reason: str) -> None:
 def record_tool_call(tool: str, *, ok: bool, via: Literal["agent", "mcp"] = "agent") -> None:
     """`tool` must come from a fixed set (the known tool names, or "unknown")."""
     _child(TOOL_CALLS, tool, "ok" if ok else "error", via).inc()
+
+
+def record_approval(tool: str, state: str) -> None:
+    """A call held (`held`), or answered (`approved`, `denied`, `expired`); `tool` is a
+    known tool name (only those are held)."""
+    _child(APPROVALS, tool, state).inc()
 
 
 @dataclass

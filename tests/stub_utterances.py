@@ -9,6 +9,7 @@ changed; anything else changing fails the case. `reply` lists text the last repl
 """
 
 import calendar
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
@@ -18,10 +19,12 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from dateutil.rrule import rrulestr
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from backend.auth import Identity
+from backend.services import undo
 from backend.services.stub import StubResponder
 from backend.services.stub.context import HistoryRow
 from backend.services.tools import TodoTools, ToolResult
@@ -363,16 +366,20 @@ CASES: list[Case] = [
         ("add buy cow milk", "actually make it almond milk"), added=(("Almond milk", None, M),)
     ),
     _follow(("show my tasks", "delete the second one"), deleted=(2,)),
-    _follow(("add buy a new kettle", "undo that"), reply=("Undone",)),
-    _follow(("task 4 is done", "undo"), reply=("open again",)),
+    _follow(("add buy a new kettle", "undo that"), reply=("Undone: removed task 11",)),
+    _follow(("task 4 is done", "undo"), reply=("reopened task 4",)),
+    _follow(("delete task 9", "oops undo that"), reply=("brought back task 9",)),
     _follow(
-        ("delete task 9", "oops undo that"),
-        deleted=(9,),
-        added=(("Call the plumber", None, M),),
-        reply=("back as task 11",),
+        ("rename task 1 to Buy pears", "undo that"),
+        reply=("put task 1 “Buy apples” back as it was",),
     ),
-    _follow(("rename task 1 to Buy pears", "undo that"), reply=("back to Buy apples",)),
     _follow(("make task 5 urgent", "undo"), reply=("Undone",)),
+    _follow(("add buy a new kettle", "task 4 is done", "undo", "undo"), done=(), added=()),
+    _follow(
+        ("delete task 9", "what did I delete?"), deleted=(9,), reply=("- #9 Call the plumber",)
+    ),
+    _follow(("delete task 9", "bring back the plumber task"), reply=("Restored task 9",)),
+    _follow(("delete task 9", "restore task 9"), reply=("Restored task 9: Call the plumber",)),
     _follow(("done with the call", "the plumber one"), done=(9,)),
     _follow(("delete the call", "the vet one"), deleted=(4,)),
     _follow(("done with the call", "the second one"), done=(9,)),
@@ -391,7 +398,7 @@ CASES: list[Case] = [
     ),
     _follow(("what's pending", "the third one is done"), done=(3,)),
     _follow(("add feed the cat", "delete it"), reply=("Deleted task 11",)),
-    _follow(("undo that",), reply=("nothing of mine to undo",)),
+    _follow(("undo that",), reply=("Nothing to undo in this session",)),
     _follow(
         (
             "show my tasks",
@@ -844,18 +851,45 @@ class Outcome:
 
 
 class _Session:
+    """A chat session as the agent keeps one, without a model or the HTTP around it: each
+    message a turn whose tool calls are recorded as the turn's (so "undo" has a turn to
+    take back), its tools bound to the session."""
+
     def __init__(self, engine: AsyncEngine, user: str, tz: str) -> None:
         self.engine = engine
-        self.tools = TodoTools(owner=user, name="Sam", tz=ZoneInfo(tz))
+        self.user = user
+        self.tz = ZoneInfo(tz)
+        self.id = uuid.uuid4()
+        self.tools = self._tools()
         self.history: list[HistoryRow] = []
+        self.saying = False
         self.tool_seconds = 0.0
+
+    def _tools(self) -> TodoTools:
+        """The tools of a new turn of this session."""
+        turn = (uuid.uuid4(), uuid.uuid4())
+        return TodoTools(owner=self.user, name="Sam", tz=self.tz, session_id=self.id, turn=turn)
+
+    async def open(self) -> None:
+        async with self.engine.begin() as connection:
+            await connection.execute(
+                text("INSERT INTO agent_sessions (id, user_id, title) VALUES (:id, :user, 'x')"),
+                {"id": self.id, "user": self.user},
+            )
 
     async def run(self, tool: str, arguments: Mapping[str, Any]) -> ToolResult:
         async with AsyncSession(self.engine, expire_on_commit=False) as db, db.begin():
+            if self.history or self.saying:  # what the case arranges is no turn of it
+                assert self.tools.turn is not None
+                await undo.record_turn(
+                    await db.connection(), session_id=self.id, message_id=self.tools.turn[1]
+                )
             parsed = self.tools.parse(tool, arguments)
             return parsed if isinstance(parsed, dict) else await self.tools.run(db, parsed)
 
     async def say(self, stub: StubResponder, message: str) -> tuple[str, float]:
+        self.tools = self._tools()
+        self.saying = True
         calls: list[dict[str, Any]] = []
         results: list[dict[str, Any]] = []
 
@@ -901,6 +935,7 @@ async def run_case(engine: AsyncEngine, case: Case, *, user: str, tz: str = "UTC
     async with AsyncSession(engine, expire_on_commit=False) as db, db.begin():
         await upsert_user(db=db, identity=Identity(user_id=user, name="Sam"))
     session = _Session(engine, user, tz)
+    await session.open()
     today = datetime.now(ZoneInfo(tz)).date()
     await _arrange(session, case.tasks, today)
     before = await session.todos()

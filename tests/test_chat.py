@@ -244,9 +244,11 @@ async def test_a_model_that_targets_another_users_tasks_finds_nothing(
     assert results[3]["pending"] == 1  # only Alice's own task is counted
     after = await agent_client.get(f"/api/bob/tasks/{bobs['id']}", headers=auth("bob"))
     assert after.json() == bobs
-    # By number, "1" is Alice's own task 1, never Bob's.
+    # By number, "1" is Alice's own task 1, never Bob's (and a delete waits for her yes).
     model.script(tool_calls(call("delete_todo", {"todo_id": "1"})), reply("ok"))
-    await chat(agent_client, "delete task 1")
+    asked = await chat(agent_client, "delete task 1")
+    assert asked["pending_approvals"][0]["summary"] == "Delete task 1 “Alice's task”"
+    await chat(agent_client, "yes", session_id=asked["session_id"])
     assert await task_titles(agent_client, user="bob") == ["Bob's task"]
     assert await task_titles(agent_client, user="alice") == []
 

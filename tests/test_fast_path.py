@@ -17,8 +17,10 @@ from backend.models.chat import MAX_MESSAGE_CHARS, ChatRequest
 from backend.routers.chat import chat
 from tests.conftest import auth
 
-# In a body, the session its user already has (each user starts with one, and a task).
+# In a body, the session its user already has (each user starts with one, and a task), and
+# the call held in it for the user's yes (for the cases that start with one).
 SESSION = "<the session>"
+APPROVAL = "<the held call>"
 PLAIN = "application/json"  # answered by the fast path
 ROUTED = "application/json; charset=utf-8"  # another content type: passed to the route
 
@@ -31,6 +33,7 @@ class Case:
     body: Any  # JSON; bytes are sent as they are
     status: int
     token: Token = "own"
+    held: bool = False  # the session starts with a delete held for the user's yes
 
 
 CASES = {
@@ -60,6 +63,34 @@ CASES = {
     "a null timezone": Case({"message": "hello", "timezone": None}, 200),
     "an unknown timezone": Case({"message": "hello", "timezone": "Mars/Olympus"}, 422),
     "an empty timezone": Case({"message": "hello", "timezone": ""}, 422),
+    "an approval": Case(
+        {"session_id": SESSION, "approvals": [{"id": APPROVAL, "approved": True}]}, 200, held=True
+    ),
+    "a denial with a reason and a message": Case(
+        {
+            "message": "keep it",
+            "session_id": SESSION,
+            "approvals": [{"id": APPROVAL, "approved": False, "reason": "still need it"}],
+        },
+        200,
+        held=True,
+    ),
+    "null approvals": Case({"message": "hello", "approvals": None}, 200),
+    "approvals without a session": Case(
+        {"approvals": [{"id": APPROVAL, "approved": True}]}, 422, held=True
+    ),
+    "an unknown approval": Case(
+        {"session_id": SESSION, "approvals": [{"id": "apr_unknown", "approved": True}]}, 409
+    ),
+    "approvals that are not a list": Case({"session_id": SESSION, "approvals": "yes"}, 422),
+    "one approval answered twice": Case(
+        {
+            "session_id": SESSION,
+            "approvals": [{"id": APPROVAL, "approved": True}, {"id": APPROVAL, "approved": False}],
+        },
+        422,
+        held=True,
+    ),
     "a list": Case([], 422),
     "a string": Case("hello", 422),
     "not JSON": Case(b'{"message": "hello"', 422),
@@ -94,9 +125,17 @@ async def test_the_fast_path_and_the_route_answer_alike(app: FastAPI, case: Case
                 f"/api/{user}/chat", json={"message": "add water the plants"}, headers=auth(user)
             )
             session = started.json()["session_id"]
+            held = None
+            if case.held:
+                asked = await client.post(
+                    f"/api/{user}/chat",
+                    json={"message": "delete task 1", "session_id": session},
+                    headers=auth(user),
+                )
+                [held] = [approval["id"] for approval in asked.json()["pending_approvals"]]
             answer = await client.post(
                 f"/api/{user}/chat",
-                content=_encoded(case.body, session=session),
+                content=_encoded(case.body, session=session, approval=held),
                 headers={"Content-Type": content_type, **_authorization(user, case.token)},
             )
             answers.append(_shape(answer, session=session))
@@ -105,7 +144,8 @@ async def test_the_fast_path_and_the_route_answer_alike(app: FastAPI, case: Case
     assert plain == routed
     # What does not validate or verify the fast path leaves to the route, refusals and all.
     by_fast_path = case.status not in (401, 403, 422)
-    assert witness.endpoints[1::2] == [None if by_fast_path else chat, chat]
+    steps = 3 if case.held else 2
+    assert witness.endpoints[steps - 1 :: steps] == [None if by_fast_path else chat, chat]
 
 
 class _Witness:
@@ -128,12 +168,14 @@ def _accepted_names(name: str, field: FieldInfo) -> set[str]:
     return {name, *(choice for choice in (*choices, field.alias) if isinstance(choice, str))}
 
 
-def _encoded(body: Any, *, session: str) -> bytes:
+def _encoded(body: Any, *, session: str, approval: str | None) -> bytes:
     if isinstance(body, bytes):
         return body
-    if isinstance(body, dict):
-        body = {key: session if value == SESSION else value for key, value in body.items()}
-    return json.dumps(body).encode()
+    stand_ins = {f'"{SESSION}"': f'"{session}"', f'"{APPROVAL}"': f'"{approval}"'}
+    encoded = json.dumps(body)
+    for stand_in, value in stand_ins.items():
+        encoded = encoded.replace(stand_in, value)
+    return encoded.encode()
 
 
 def _authorization(user: str, token: Token) -> dict[str, str]:
@@ -144,7 +186,9 @@ def _authorization(user: str, token: Token) -> dict[str, str]:
 
 # What differs from turn to turn: ids (numbered in order of appearance, so that equal ones
 # stay equal) and clocks.
-_IDS = frozenset({"session_id", "conversation_id", "message_id", "id", "tool_call_id"})
+_IDS = frozenset(
+    {"session_id", "conversation_id", "message_id", "id", "tool_call_id", "approval_id", "todo_id"}
+)
 _CLOCKS = frozenset({"timestamp", "local_time"})
 
 

@@ -139,8 +139,11 @@ async def test_prompt_injection_in_a_task_cannot_reach_another_user(
     after = await http.get(f"/api/{victim}/tasks", headers=auth(victim))
     # As created (the create answer also lists the new task's steps: none here).
     assert after.json()["data"] == [{k: v for k, v in t.items() if k != "steps"} for t in victims]
-    # What the model could reach was only this user's own task.
-    assert await task_titles(http, user=user) == []
+    # What the model could reach was only this user's own task, and deleting it waits for
+    # the user's yes: the injection deleted nothing.
+    [held] = answer["pending_approvals"]
+    assert held["summary"] == f"Delete task 1 “{injected}”"
+    assert await task_titles(http, user=user) == [injected]
 
 
 async def test_the_stub_lists_an_injected_title_without_acting_on_it(

@@ -23,7 +23,7 @@ from mcp.types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.main import create_app
-from backend.services.mcp import ANNOTATIONS
+from backend.services.mcp import ANNOTATIONS, NOT_SERVED
 from backend.services.tools import TOOL_DEFINITIONS
 from backend.settings import Settings
 from tests.conftest import auth, server_env, token_for
@@ -41,6 +41,9 @@ INITIALIZE = {
     },
 }
 MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
+
+# The agent's tools but undo_last_turn: undoing a chat turn is the chat's.
+SERVED = {d["function"]["name"] for d in TOOL_DEFINITIONS} - NOT_SERVED
 
 
 @asynccontextmanager
@@ -112,7 +115,7 @@ async def test_the_tools_are_the_agents_tools_with_annotations(
 
         by_name = {tool.name: tool for tool in listed.tools}
         # Undoing a chat turn is the chat's: MCP calls are not turns.
-        served = [d for d in TOOL_DEFINITIONS if d["function"]["name"] != "undo_last_turn"]
+        served = [d for d in TOOL_DEFINITIONS if d["function"]["name"] in SERVED]
         assert list(by_name) == [d["function"]["name"] for d in served]
         for definition in served:
             function = definition["function"]
@@ -158,7 +161,7 @@ async def test_a_modern_client_discovers_and_calls_without_a_handshake(app: Fast
         added = structured(await client.call_tool("add_todo", {"title": "Modern milk"}))
         listed = await client.list_tools()
     assert added["todo"]["title"] == "Modern milk"
-    assert {tool.name for tool in listed.tools} == {d["function"]["name"] for d in TOOL_DEFINITIONS}
+    assert {tool.name for tool in listed.tools} == SERVED
 
 
 async def test_every_tool_works_and_the_rest_api_sees_the_effect(app: FastAPI) -> None:
@@ -556,7 +559,7 @@ async def test_a_served_mcp_server_with_a_cli_token(
     async with mcp_session(f"{first.url}/mcp", token) as session:
         names = {tool.name for tool in (await session.list_tools()).tools}
         added = structured(await session.call_tool("add_todo", {"title": "Served"}))
-    assert names == {d["function"]["name"] for d in TOOL_DEFINITIONS}
+    assert names == SERVED
     async with httpx.AsyncClient(base_url=first.url) as http:
         tasks = (await http.get("/api/carol/tasks", headers=auth("carol"))).json()["data"]
         refused = await http.post(

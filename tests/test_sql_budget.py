@@ -57,7 +57,7 @@ async def test_the_history_read_does_not_grow_with_the_session_whatever_the_plan
     users many (100 messages each) and random reads dear, `ORDER BY seq DESC LIMIT n` read
     the whole session and sorted it (as a generic plan did in the benchmark's database:
     5 ms at 10,000 messages); the history is read by index probes either way."""
-    statement = turns._OPEN_TURN_STATEMENTS[("session", False)]
+    statement = turns._OPEN_TURN_STATEMENTS[("session", True)]
     session = uuid.uuid4()
     limit = 19
     values = {

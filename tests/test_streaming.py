@@ -61,6 +61,7 @@ async def test_events_come_in_order_and_done_is_the_chat_answer(
         "tool_results",
         "using_stub",
         "usage",
+        "pending_approvals",
     }
     stored = await stored_messages(agent_client, done["session_id"])
     assert stored[0]["id"] == session["user_message_id"]

@@ -39,7 +39,11 @@ async def test_every_contract_command_through_the_chat_endpoint(client: httpx.As
     assert "Buy groceries" in pending
     assert "Pay bills" not in pending
 
-    assert "Team meeting prep" in await say("Delete the meeting task")
+    # A delete waits for the person's yes (AGENT_CONFIRM_DEFAULT: deletes).
+    asked = await say("Delete the meeting task")
+    assert asked == "Delete task 3 “Team meeting prep”? Reply yes to go ahead, or no to leave it."
+    assert len(await _tasks(client)) == 3
+    assert "Deleted task 3: Team meeting prep." in await say("yes")
     assert [title for _, title, _ in await _tasks(client)] == ["Buy groceries", "Pay bills"]
 
     assert "Call mom tonight" in await say("Change task 1 to 'Call mom tonight'")
@@ -52,7 +56,7 @@ async def test_every_contract_command_through_the_chat_endpoint(client: httpx.As
 
     assert session is not None
     stored = await stored_messages(client, session)
-    assert len(stored) == 2 * 10
+    assert len(stored) == 2 * 11
     mutations = [
         call["name"]
         for message in stored
@@ -87,7 +91,7 @@ async def test_follow_ups_read_the_sessions_earlier_turns(client: httpx.AsyncCli
 
     assert "Added 2 tasks" in first["response"]
     assert "Updated task 2: Call the garage (high priority)" in await say("make it urgent")
-    assert await say("undo that") == "Undone: task 2 is back to Call the garage."
+    assert await say("undo that") == "Undone: put task 2 “Call the garage” back as it was."
     await say("show my tasks")
     assert "Marked task 1 as complete: Buy cow milk" in await say("the first one is done")
     # Another session has no "it" to refer to.

@@ -9,9 +9,11 @@ from pydantic import AfterValidator, AliasChoices, Field, StringConstraints, mod
 from sqlmodel import SQLModel
 
 from backend.models._types import NotBlank, Text
+from backend.models.approval import ApprovalAnswer, PendingApproval
 from backend.models.session import Usage
 
 MAX_MESSAGE_CHARS = 10_000
+MAX_APPROVALS = 20
 
 
 def _iana_timezone(value: str) -> str:
@@ -28,9 +30,13 @@ Timezone = Annotated[
 
 
 class ChatRequest(SQLModel):
-    message: Annotated[
-        Text, StringConstraints(min_length=1, max_length=MAX_MESSAGE_CHARS), NotBlank
-    ]
+    message: (
+        Annotated[Text, StringConstraints(min_length=1, max_length=MAX_MESSAGE_CHARS), NotBlank]
+        | None
+    ) = Field(
+        default=None,
+        description="What the person says. Optional only when `approvals` answers held calls.",
+    )
     session_id: uuid.UUID | None = Field(
         default=None,
         validation_alias=AliasChoices("session_id", "conversation_id"),
@@ -38,6 +44,13 @@ class ChatRequest(SQLModel):
     )
     timezone: Timezone | None = Field(
         default=None, description="IANA name, e.g. Europe/Berlin; remembered for the user."
+    )
+    approvals: list[ApprovalAnswer] | None = Field(
+        default=None,
+        max_length=MAX_APPROVALS,
+        description="Answers to the session's held tool calls (`pending_approvals` of the last "
+        "answer): an approved call runs exactly as it was stored, a denied one is reported to "
+        "the agent, and the turn goes on.",
     )
 
     @model_validator(mode="before")
@@ -47,6 +60,16 @@ class ChatRequest(SQLModel):
         if isinstance(data, dict) and data.get("session_id") is None:
             data = {k: v for k, v in data.items() if k != "session_id"}
         return data
+
+    @model_validator(mode="after")
+    def _something_to_answer(self) -> "ChatRequest":
+        if self.message is None and not self.approvals:
+            raise ValueError("send a message, or approvals that answer held tool calls")
+        if self.approvals and self.session_id is None:
+            raise ValueError("approvals answer held calls of a session: give its session_id")
+        if self.approvals and len({a.id for a in self.approvals}) < len(self.approvals):
+            raise ValueError("each approval may be answered once")
+        return self
 
 
 class ToolCallPublic(SQLModel):
@@ -71,3 +94,8 @@ class ChatResponse(SQLModel):
     tool_results: list[ToolResultPublic]
     using_stub: bool
     usage: Usage
+    pending_approvals: list[PendingApproval] = Field(
+        default_factory=list,
+        description="Tool calls held for the person's yes; answer them with `approvals` in the "
+        "next request to this session (or a plain yes / no).",
+    )

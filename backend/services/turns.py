@@ -43,7 +43,7 @@ class Opening:
     started: bool
     turn_id: uuid.UUID = field(default_factory=uuid.uuid4)
     session_id: uuid.UUID | None = None
-    user_message_id: uuid.UUID | None = None
+    user_message_id: uuid.UUID | None = None  # None: the turn stored no message
     message: str = ""
     earlier_results: list[dict[str, Any]] = field(default_factory=list)
     history: list[HistoryRow] = field(default_factory=list)
@@ -51,6 +51,9 @@ class Opening:
     timezone: str = "UTC"
     instructions: str | None = None
     model: str | None = None
+    confirm: str | None = None
+    # The session's calls held for the person's yes (pending; `expired` ones too).
+    held: list[dict[str, Any]] = field(default_factory=list)
     tokens_today: int = 0
     rate_limited: bool = False
     retry_after_s: float = 0.0
@@ -88,7 +91,7 @@ _GATE_COLUMNS = """COALESCE(display_name, name) AS name, timezone,
 
 _OPEN_TURN = """
     WITH gate AS (
-        SELECT {gate}, instructions, model,
+        SELECT {gate}, instructions, model, confirm,
                CASE WHEN tokens_day = CURRENT_DATE THEN tokens_used ELSE 0 END AS tokens_today
         FROM users WHERE id = :owner FOR NO KEY UPDATE
     ), lease AS (
@@ -99,7 +102,7 @@ _OPEN_TURN = """
         WHERE id = :owner AND EXISTS (SELECT FROM lease)
     ){added}
     SELECT gate.allowed, gate.name, COALESCE(:timezone, gate.timezone) AS timezone,
-           gate.instructions, gate.model, gate.tokens_today,
+           gate.instructions, gate.model, gate.confirm, gate.tokens_today,
            EXTRACT(EPOCH FROM gate.base - now())::float8 - :tau AS retry_after_s,
            (SELECT id FROM lease) AS session_id,
            {found} AS session_found,
@@ -124,7 +127,12 @@ _OPEN_TURN = """
                     WHERE back.n < :limit
                 )
                 SELECT seq, id, role, content, tool_calls, tool_results FROM back
-           ) AS h) AS history
+           ) AS h) AS history,
+           (SELECT json_agg(a ORDER BY a.created_at) FROM (
+                SELECT id, message_id, tool_call_id, name, arguments, summary, created_at,
+                       expires_at <= now() AS expired
+                FROM approvals WHERE session_id = (SELECT id FROM lease) AND state = 'pending'
+           ) AS a) AS held
     FROM gate
 """
 _ADD_MESSAGE = """, added AS (
@@ -155,20 +163,21 @@ _LEASES = {
     ),
 }
 _OPEN_TURN_STATEMENTS = {
-    (kind, regenerate): Statement(
+    (kind, adds): Statement(
         text(
             _OPEN_TURN.format(
                 gate=_GATE_COLUMNS,
                 lease=lease,
                 found=f"EXISTS (SELECT FROM agent_sessions WHERE {where})" if where else "true",
-                # Regenerating answers the stored last user message again: nothing is added.
-                added="" if regenerate else _ADD_MESSAGE,
+                # Regenerating answers the stored last user message again, and answering
+                # held calls alone goes on with the turn they belong to: nothing is added.
+                added=_ADD_MESSAGE if adds else "",
             )
         )
     )
     for kind, (lease, where) in _LEASES.items()
-    for regenerate in (False, True)
-    if not (kind == "new" and regenerate)
+    for adds in (True, False)
+    if kind == "session" or adds
 }
 
 _FIND_CHAT_SESSION = text(
@@ -320,17 +329,20 @@ async def open_turn(
     lease_s: float,
     history: int,
     chat_id: str | None = None,
+    regenerate: bool = False,
 ) -> Opening:
     """Start a turn: admit it, take (or create) the session, store the user message and
-    read the `history` latest messages ending with it, oldest first. One statement.
+    read the `history` latest messages ending with it, oldest first, and the session's held
+    calls. One statement.
 
     The session is `session_id`, else the one bound to `chat_id` (created on first use),
-    else a new one. `message=None` regenerates: the stored last user message is answered
-    again, and the answers it already had are shown to the model only as the tool calls
-    they made (those happened; their words are what is being replaced)."""
+    else a new one. `regenerate` answers the stored last user message again, and the
+    answers it already had are shown to the model only as the tool calls they made (those
+    happened; their words are what is being replaced). `message=None` without it stores
+    nothing: the turn goes on from where the session is (answering held calls)."""
     interval, tau = _gcra(per_minute)
     message_id = uuid.uuid4()
-    regenerate = message is None
+    adds = message is not None and not regenerate
     params: dict[str, Any] = {
         "owner": owner,
         "session": session_id or uuid.uuid4(),
@@ -343,12 +355,12 @@ async def open_turn(
         "message": message_id,
         "content": message,
         "title": title_from(message or ""),
-        "limit": history if regenerate else history - 1,
+        "limit": history - 1 if adds else history,
     }
-    if regenerate and session_id is None:
+    if not adds and session_id is None:
         raise SessionNotFound("There is no message in this chat to answer again.")
     kind = "new" if session_id is None else "session"
-    row = await first_row(db, _OPEN_TURN_STATEMENTS[kind, regenerate], params)
+    row = await first_row(db, _OPEN_TURN_STATEMENTS[kind, adds], params)
     if row is None:
         return Opening(started=False, user_found=False)
     if row["session_id"] is None:
@@ -363,21 +375,24 @@ async def open_turn(
         (m["role"], m["content"], m["tool_calls"], m["tool_results"]) for m in stored
     ]
     earlier_results: list[dict[str, Any]] = []
-    if message is None:
+    user_message_id: uuid.UUID | None = message_id
+    if regenerate:
         last = max((i for i, m in enumerate(stored) if m["role"] == "user"), default=None)
         if last is not None:
-            message_id, message = uuid.UUID(stored[last]["id"]), earlier[last][1] or ""
+            user_message_id, message = uuid.UUID(stored[last]["id"]), earlier[last][1] or ""
             earlier[last + 1 :] = [(r, None, c, t) for r, _, c, t in earlier[last + 1 :]]
             answers = earlier[last + 1 :]
             earlier_results = [r["result"] for *_, results in answers for r in results or ()]
         history_rows = earlier
+    elif message is None:
+        user_message_id, history_rows = None, earlier
     else:
         history_rows = [*earlier, ("user", message, None, None)]
     return Opening(
         started=True,
         turn_id=turn_id,
         session_id=row["session_id"],
-        user_message_id=message_id,
+        user_message_id=user_message_id,
         message=message or "",
         earlier_results=earlier_results,
         history=history_rows,
@@ -385,6 +400,8 @@ async def open_turn(
         timezone=row["timezone"],
         instructions=row["instructions"],
         model=row["model"],
+        confirm=row["confirm"],
+        held=row["held"] or [],
         tokens_today=row["tokens_today"],
     )
 

@@ -102,7 +102,7 @@ async def undo_last_turn(
     if row.leased and row.lease_owner != turn_id:
         raise SessionBusy()
     message_id = (
-        await connection.execute(_LAST_TURN, {"session": session_id})
+        await connection.execute(_LAST_TURN, {"session": session_id, "besides": besides})
     ).scalar_one_or_none()
     if message_id is None:
         raise NothingToUndo()
@@ -122,7 +122,7 @@ async def undo_last_turn(
             UndoChange(
                 task_id=task.task_id,
                 number=current.number,
-                title=current.title,
+                title=(task.before or {}).get("title") or current.title,  # as it is now again
                 action=_action(task, current),
             )
         )

@@ -496,6 +496,15 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** ApprovalAnswer */
+        ApprovalAnswer: {
+            /** Id */
+            id: string;
+            /** Approved */
+            approved: boolean;
+            /** Reason */
+            reason?: string | null;
+        };
         /** CalendarFeed */
         CalendarFeed: {
             /**
@@ -506,8 +515,11 @@ export interface components {
         };
         /** ChatRequest */
         ChatRequest: {
-            /** Message */
-            message: string;
+            /**
+             * Message
+             * @description What the person says. Optional only when `approvals` answers held calls.
+             */
+            message?: string | null;
             /**
              * Session Id
              * @description Continue this session; null starts a new one. Alias: conversation_id.
@@ -518,6 +530,11 @@ export interface components {
              * @description IANA name, e.g. Europe/Berlin; remembered for the user.
              */
             timezone?: string | null;
+            /**
+             * Approvals
+             * @description Answers to the session's held tool calls (`pending_approvals` of the last answer): an approved call runs exactly as it was stored, a denied one is reported to the agent, and the turn goes on.
+             */
+            approvals?: components["schemas"]["ApprovalAnswer"][] | null;
         };
         /** ChatResponse */
         ChatResponse: {
@@ -550,6 +567,11 @@ export interface components {
             /** Using Stub */
             using_stub: boolean;
             usage: components["schemas"]["Usage"];
+            /**
+             * Pending Approvals
+             * @description Tool calls held for the person's yes; answer them with `approvals` in the next request to this session (or a plain yes / no).
+             */
+            pending_approvals?: components["schemas"]["PendingApproval"][];
         };
         /** ErrorResponse */
         ErrorResponse: {
@@ -606,6 +628,30 @@ export interface components {
             data: components["schemas"]["MessagePublic"][];
             /** Next Cursor */
             next_cursor: string | null;
+        };
+        /**
+         * PendingApproval
+         * @description A call waiting for the person's yes or no.
+         */
+        PendingApproval: {
+            /**
+             * Id
+             * @description Answer with this id in `approvals`.
+             */
+            id: string;
+            /** Tool Call Id */
+            tool_call_id: string;
+            /** Name */
+            name: string;
+            /** Arguments */
+            arguments: {
+                [key: string]: unknown;
+            };
+            /**
+             * Summary
+             * @description In plain words: "Delete task 3 “Buy milk”".
+             */
+            summary: string;
         };
         /**
          * ProtectedResourceMetadata

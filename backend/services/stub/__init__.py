@@ -30,12 +30,15 @@ from backend.services.stub.commands import (
     AddTask,
     Command,
     DeleteTask,
+    EmptyTrash,
     Help,
     ListTasks,
     Plan,
+    RestoreTask,
     Say,
     SetCompleted,
     ShowSteps,
+    ShowTrash,
     Undo,
     UpdateTask,
 )
@@ -113,5 +116,11 @@ async def _run(commands: list[Command], executor: Executor, name: str | None) ->
             return await executor.show_steps(first)
         case Undo():
             return await executor.undo()
+        case RestoreTask():
+            return await executor.restore(first)
+        case ShowTrash():
+            return await executor.show_trash()
+        case EmptyTrash():
+            return await executor.empty_trash()
         case _:
             assert_never(first)

@@ -3,6 +3,7 @@
 from collections.abc import Mapping
 from typing import Any
 
+from backend.services import approvals
 from backend.services.stub import replies
 from backend.services.tools import ToolCaller, ToolResult
 
@@ -25,6 +26,8 @@ class Calls:
 
     async def __call__(self, tool: str, arguments: Mapping[str, Any], failed: str) -> ToolResult:
         result = await self._call_tool(tool, arguments)
+        if result.get("status") == approvals.PENDING:  # held for the person's yes: ask
+            raise Stop(approvals.question([str(result.get("summary"))]))
         if result.get("status") == "error":
             error = str(result.get("error") or "unknown error")
             todo_id = arguments.get("todo_id") or arguments.get("parent")

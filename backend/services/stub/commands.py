@@ -70,8 +70,25 @@ class ShowSteps:
 
 
 @dataclass(frozen=True, slots=True)
+class RestoreTask:
+    """Bring a task back from the trash."""
+
+    ref: str
+
+
+@dataclass(frozen=True, slots=True)
+class ShowTrash:
+    """ "What did I delete?": the trash."""
+
+
+@dataclass(frozen=True, slots=True)
+class EmptyTrash:
+    """Delete everything in the trash for good."""
+
+
+@dataclass(frozen=True, slots=True)
 class Undo:
-    """Revert the last change the stub made in this session."""
+    """Take back the last turn of this session that changed tasks."""
 
 
 Command = (
@@ -84,7 +101,10 @@ Command = (
     | UpdateTask
     | Plan
     | ShowSteps
+    | RestoreTask
+    | ShowTrash
+    | EmptyTrash
     | Undo
 )
 # Commands that name an existing task: a bare answer ("the plumber one") can fill their ref.
-RefCommand = SetCompleted | DeleteTask | UpdateTask | ShowSteps
+RefCommand = SetCompleted | DeleteTask | UpdateTask | ShowSteps | RestoreTask

@@ -17,11 +17,12 @@ from backend.services.stub.commands import (
     DeleteTask,
     ListTasks,
     Plan,
+    RestoreTask,
     SetCompleted,
     ShowSteps,
     UpdateTask,
 )
-from backend.services.stub.context import Change, Context
+from backend.services.stub.context import Context
 from backend.services.stub.resolver import Resolver
 from backend.services.tools import ToolResult
 
@@ -282,44 +283,32 @@ class Executor:
         return f"Updated task {changed.get('number')}: {replies.title(changed)}{extras}.{stopped}"
 
     async def undo(self) -> str:
-        """Revert the stub's last changing turn in this session, newest change first."""
-        if not self._context.last_change:
-            return replies.NOTHING_TO_UNDO
-        done = [await self._revert(change) for change in reversed(self._context.last_change)]
-        return "Undone: " + " ".join(done)
+        """Take back the last turn of this conversation that changed tasks (the service's
+        record of it, whoever made it: the model or the stub)."""
+        result = await self._calls("undo_last_turn", {}, "undo that")
+        return replies.clean(str(result.get("summary") or "Undone."), limit=1000)
 
-    async def _revert(self, change: Change) -> str:
-        number = (todo(dict(change.result)) or change.result).get("number")
-        before = change.before or {}
-        match change.tool:
-            case "add_todo":
-                await self._calls("delete_todo", {"todo_id": str(number)}, "undo that")
-                return f"removed task {number} again."
-            case "complete_todo":
-                completed = change.arguments.get("completed") is not False
-                await self._calls(
-                    "complete_todo",
-                    {"todo_id": str(number), "completed": not completed},
-                    "undo that",
-                )
-                return f"task {number} is {'open' if completed else 'done'} again."
-            case "delete_todo":
-                restored: dict[str, Any] = {"title": change.result.get("title") or "Restored task"}
-                for field in ("description", "due_at", "priority"):
-                    if before.get(field):
-                        restored[field] = before[field]
-                added = todo(await self._calls("add_todo", restored, "undo that"))
-                again = f"task {added.get('number')}: {replies.title(added)}"
-                return f"task {number} is back as {again}."
-        if not before:
-            return f"I can't tell what task {number} was before, so I left it."
-        fields = ("title", "description", "due_at", "priority")
-        old = {f: before.get(f) for f in fields if f in change.arguments and before.get(f)}
-        if not old:
-            return f"I can't tell what task {number} was before, so I left it."
-        arguments = {"todo_id": str(number), **old}
-        reverted = todo(await self._calls("update_todo", arguments, "undo that"))
-        return f"task {number} is back to {replies.title(reverted)}{replies.extras(reverted)}."
+    # -- the trash ------------------------------------------------------------------------
+
+    async def restore(self, command: RestoreTask) -> str:
+        target = await self._resolver.find(command.ref, resolver.RESTORE)
+        result = await self._calls("restore_todo", {"todo_id": target.todo_id}, "restore it")
+        restored = todo(result)
+        return f"Restored task {restored.get('number')}: {replies.title(restored)}."
+
+    async def show_trash(self) -> str:
+        trashed = await self._calls.todos(status="deleted")
+        if not trashed:
+            return "The trash is empty."
+        lines = [replies.line(t, show_done=True) for t in trashed]
+        head = f"In the trash ({replies.count(len(trashed))}, most recently deleted first):"
+        return "\n".join([head, *lines, 'Say "restore task N" to bring one back.'])
+
+    async def empty_trash(self) -> str:
+        result = await self._calls("purge_trash", {"todo_id": None}, "empty the trash")
+        return (
+            f"Emptied the trash: {replies.count(int(result.get('count') or 0))} deleted for good."
+        )
 
     # -- listing --------------------------------------------------------------------------
 

@@ -16,7 +16,8 @@ HELP = (
     '- "Show my tasks", "What\'s pending?", "What do I have this week?" or "Anything overdue?"\n'
     '- "Mark task 2 as done", "I emailed Jo" or "Reopen task 2"\n'
     '- "Rename task 1 to Call mom" or "Move task 1 to Friday"\n'
-    '- "Delete task 3" or "Delete the dentist task"\n'
+    '- "Delete task 3" or "Delete the dentist task" (to the trash: "What did I delete?", '
+    '"Restore task 3", "Undo")\n'
     '- "Plan the move: pack, book a van, clean" or "What are the steps for the move?"'
 )
 ADD_EXAMPLE = '"Add a task to buy milk"'
@@ -25,7 +26,6 @@ PLAN_NEEDS_MODEL = (
     "Suggesting steps needs the AI model, which isn't available right now. Tell me the steps "
     'and I\'ll add them, for example: "Plan {title}: first step, second step, third step".'
 )
-NOTHING_TO_UNDO = "There is nothing of mine to undo in this conversation."
 MAX_ECHO = 60
 
 

@@ -11,12 +11,11 @@ from typing import Any
 
 from rapidfuzz import fuzz
 
-from backend.models.task import StatusFilter
 from backend.services.stub import entities, replies
 from backend.services.stub import references as refs
 from backend.services.stub.calls import Calls, Stop
 from backend.services.stub.context import Context
-from backend.services.tools import ToolResult
+from backend.services.tools import ListStatus, ToolResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +24,7 @@ class Verb:
 
     name: str  # "I can only {name} one task at a time."
     example: str  # with {n}: 'Delete task {n}'
-    among: StatusFilter  # which tasks a description like "the meeting task" is matched in
+    among: ListStatus  # which tasks a description like "the meeting task" is matched in
 
 
 DELETE = Verb("delete", "Delete task {n}", "all")
@@ -34,6 +33,7 @@ REOPEN = Verb("reopen", "Reopen task {n}", "completed")
 UPDATE = Verb("change", "Rename task {n} to Call mom", "all")
 STEPS = Verb("show the steps of", "What are the steps for task {n}?", "all")
 PARENT = Verb("add a step to", "Add a step to task {n}: book the van", "all")
+RESTORE = Verb("restore", "Restore task {n}", "deleted")
 
 # Words that say nothing about which task: dropped before matching.
 _NOISE = frozenset(
@@ -177,9 +177,11 @@ class Resolver:
     async def _match(self, phrase: str, verb: Verb) -> ToolResult:
         todos = await self._calls.todos("look up that task", status=verb.among)
         found = best_matches(phrase, todos)
-        which = {"pending": "a pending task", "completed": "a completed task"}.get(
-            verb.among, "a task"
-        )
+        which = {
+            "pending": "a pending task",
+            "completed": "a completed task",
+            "deleted": "a task in the trash",
+        }.get(verb.among, "a task")
         if not found:
             raise Stop(
                 f'I couldn\'t find {which} matching "{replies.shorten(phrase)}". '

@@ -21,14 +21,17 @@ from backend.services.stub.commands import (
     AddTask,
     Command,
     DeleteTask,
+    EmptyTrash,
     Field,
     Help,
     ListTasks,
     Plan,
     RefCommand,
+    RestoreTask,
     Say,
     SetCompleted,
     ShowSteps,
+    ShowTrash,
     Undo,
     UpdateTask,
 )
@@ -89,7 +92,7 @@ _TRAILING_FILLERS = (("please",), ("pls",), ("plz",), ("thanks",), ("thx",), ("t
 
 _REOPEN = (
     _rx(
-        r"(?:re-?open|un-?complete|undo|unmark|uncheck|untick|unfinish|restore|revive)"
+        r"(?:re-?open|un-?complete|undo|unmark|uncheck|untick|unfinish|revive)"
         rf" (?P<ref>.+?)(?: as {_DONE})?"
     ),
     _rx(rf"{_MARK} (?P<ref>.+?)(?: back)?(?: as| to)? {_UNDONE}"),
@@ -262,6 +265,25 @@ MAX_ITEMS = 20  # tasks one message may add
 _UNDO = _rx(
     r"(?:undo|revert|reverse|take back|roll back)(?: (?:that|this|it|the last (?:change|one|thing)"
     r"|what you (?:just )?did|my last (?:change|message)|the last thing you did))?(?: please)?"
+)
+# The trash: "restore task 3", "bring back the milk task", "what did I delete?".
+_TRASH_WORDS = r"(?:the )?(?:trash|bin|recycle bin|deleted (?:tasks|items|ones|things))"
+_RESTORE = (
+    _rx(
+        r"(?:restore|undelete|recover|retrieve|bring back|get back|put back)"
+        rf" (?P<ref>.+?)(?: (?:from|out of) {_TRASH_WORDS})?"
+    ),
+    _rx(rf"(?:bring|get|put) (?P<ref>.+?) back(?: (?:from|out of) {_TRASH_WORDS})?"),
+)
+_SHOW_TRASH = _rx(
+    r"what(?:'s| is| did i| have i| was)? (?:in (?:the |my )?(?:trash|bin)|(?:just )?deleted?)"
+    r"(?: (?:so far|recently|today|lately))?"
+    rf"|(?:show|list|view|open|see)(?: me)?(?: my)? {_TRASH_WORDS}"
+    r"|(?:my )?(?:trash|bin|deleted tasks)"
+)
+_EMPTY_TRASH = _rx(
+    r"(?:empty|clear|purge|clean out|wipe|delete|erase)(?: out)?"
+    rf"(?: (?:everything|all) in)? {_TRASH_WORDS}(?: for good| permanently| forever)?"
 )
 _PLAN_STEPS = (
     _rx(
@@ -690,6 +712,11 @@ def _prioritize(match: re.Match[str]) -> Command | None:
     return None if ref is None else UpdateTask(ref, "priority", "low" if match["de"] else "high")
 
 
+def _restore(match: re.Match[str]) -> Command | None:
+    ref = _ref(match)
+    return None if ref is None else RestoreTask(ref)
+
+
 def _delete(match: re.Match[str]) -> Command | None:
     ref = _ref(match)
     return None if ref is None else DeleteTask(ref)
@@ -740,6 +767,9 @@ def _is_due(match: re.Match[str]) -> Command | None:
 # In order; a rule whose builder returns None lets the next one try.
 _VERB_RULES: list[tuple[re.Pattern[str], Rule]] = [
     (_UNDO, lambda _: Undo()),
+    (_SHOW_TRASH, lambda _: ShowTrash()),
+    (_EMPTY_TRASH, lambda _: EmptyTrash()),
+    *((pattern, _restore) for pattern in _RESTORE),
     *((pattern, _plan) for pattern in _PLAN_STEPS),
     *((pattern, _add_steps) for pattern in _ADD_STEPS),
     (_SHOW_STEPS, lambda m: ShowSteps(m["ref"] or m["ref2"])),

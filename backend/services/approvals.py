@@ -1,0 +1,239 @@
+"""Held tool calls: a call the person's `confirm` setting says to ask about is stored here
+instead of run, and runs only when they say yes.
+
+hold     store the call as pending (unguessable id, bound to the user, the session, the
+         turn's message and the exact call), in the transaction that records the call;
+check    an answer that names an unknown, answered, expired or other session's approval is
+         409, another user's 404 (before anything of the request is stored);
+take     the answer: one conditional UPDATE ... WHERE state = 'pending' RETURNING, so two
+         answers at once, a replay or a late one find nothing to take and run nothing;
+settle   the call's result (or `denied`) replaces the placeholder in the turn's record.
+
+Which calls are held, and how a plain message answers, is decided here too.
+"""
+
+import re
+import secrets
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import bindparam, text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from backend.errors import ApprovalNotFound, ApprovalNotPending
+from backend.models.approval import ApprovalAnswer, PendingApproval
+
+PENDING = "pending_approval"
+
+_HOLD = text(
+    """
+    INSERT INTO approvals (id, user_id, session_id, message_id, tool_call_id, name,
+                           arguments, summary, expires_at)
+    VALUES (:id, :owner, :session, :message, :call, :name, :arguments, :summary,
+            now() + make_interval(secs => :ttl_s))
+    """
+).bindparams(bindparam("arguments", type_=JSONB))
+_LOOK_UP = text(
+    "SELECT id, user_id, session_id, state, expires_at <= now() AS expired"
+    " FROM approvals WHERE id = ANY(:ids)"
+)
+_TAKE = text(
+    """
+    UPDATE approvals SET state = :state, reason = :reason, answered_at = now()
+    WHERE id = :id AND user_id = :owner AND session_id = :session AND state = 'pending'
+      AND (expires_at > now() OR :state = 'expired')
+    RETURNING message_id, tool_call_id, name, arguments
+    """
+)
+# The call's result takes the place of the placeholder in the record of the turn that
+# held it, with the answer beside it (the history shows how it was answered).
+_SETTLE = text(
+    """
+    UPDATE agent_messages SET tool_results = (
+        SELECT jsonb_agg(
+                   CASE WHEN item->>'tool_call_id' = :call
+                        THEN item || jsonb_build_object('result', CAST(:result AS jsonb),
+                                                        'approval', CAST(:approval AS jsonb))
+                        ELSE item END
+                   ORDER BY position)
+        FROM jsonb_array_elements(tool_results) WITH ORDINALITY AS results(item, position))
+    WHERE id = :message AND session_id = :session
+    """
+).bindparams(bindparam("result", type_=JSONB), bindparam("approval", type_=JSONB))
+
+
+def new_id() -> str:
+    return "apr_" + secrets.token_urlsafe(24)
+
+
+async def hold(
+    db: AsyncConnection,
+    *,
+    owner: str,
+    session_id: uuid.UUID,
+    message_id: uuid.UUID,
+    tool_call_id: str,
+    name: str,
+    arguments: dict[str, Any],
+    summary: str,
+    ttl_s: float,
+) -> PendingApproval:
+    approval_id = new_id()
+    await db.execute(
+        _HOLD,
+        {
+            "id": approval_id,
+            "owner": owner,
+            "session": session_id,
+            "message": message_id,
+            "call": tool_call_id,
+            "name": name,
+            "arguments": arguments,
+            "summary": summary[:500],
+            "ttl_s": ttl_s,
+        },
+    )
+    return PendingApproval(
+        id=approval_id,
+        tool_call_id=tool_call_id,
+        name=name,
+        arguments=arguments,
+        summary=summary,
+    )
+
+
+def placeholder(approval: PendingApproval) -> dict[str, Any]:
+    """What the turn's record holds for a held call until it is answered."""
+    return {"status": PENDING, "approval_id": approval.id, "summary": approval.summary}
+
+
+async def check(
+    db: AsyncConnection, *, owner: str, session_id: uuid.UUID, answers: Sequence[ApprovalAnswer]
+) -> None:
+    """Refuse answers that cannot be taken, before anything of the request happens."""
+    rows = (await db.execute(_LOOK_UP, {"ids": [a.id for a in answers]})).all()
+    found = {row.id: row for row in rows}
+    for answer in answers:
+        row = found.get(answer.id)
+        if row is not None and row.user_id != owner:
+            raise ApprovalNotFound()
+    for answer in answers:
+        row = found.get(answer.id)
+        if row is None or row.session_id != session_id:
+            raise ApprovalNotPending(f"No held call {answer.id!r} in this session.")
+        if row.state != "pending":
+            raise ApprovalNotPending(f"{answer.id!r} was already answered ({row.state}).")
+        if row.expired:
+            raise ApprovalNotPending(f"{answer.id!r} has expired; ask again.")
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """A held call whose answer this request took: it is this request's to run or deny."""
+
+    approval_id: str
+    message_id: uuid.UUID
+    tool_call_id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+async def take(
+    db: AsyncConnection,
+    *,
+    owner: str,
+    session_id: uuid.UUID,
+    approval_id: str,
+    state: str,
+    reason: str | None,
+) -> Taken | None:
+    """Answer a pending approval (`approved`, `denied` or `expired`); None when it was not
+    pending any more (another answer took it) or has expired."""
+    row = (
+        await db.execute(
+            _TAKE,
+            {
+                "id": approval_id,
+                "owner": owner,
+                "session": session_id,
+                "state": state,
+                "reason": reason,
+            },
+        )
+    ).one_or_none()
+    if row is None:
+        return None
+    return Taken(approval_id, row.message_id, row.tool_call_id, row.name, dict(row.arguments))
+
+
+async def settle(
+    db: AsyncConnection,
+    *,
+    session_id: uuid.UUID,
+    taken: Taken,
+    result: dict[str, Any],
+    approval: dict[str, Any],
+) -> None:
+    await db.execute(
+        _SETTLE,
+        {
+            "message": taken.message_id,
+            "session": session_id,
+            "call": taken.tool_call_id,
+            "result": result,
+            "approval": approval,
+        },
+    )
+
+
+def denied(reason: str | None) -> dict[str, Any]:
+    """What the agent is told of a call the person said no to."""
+    return {
+        "status": "denied",
+        "reason": reason or "The person said no.",
+        "note": "Nothing was changed. Do not try this again unless the person asks for it.",
+    }
+
+
+def expired() -> dict[str, Any]:
+    return {
+        "status": "expired",
+        "note": "The person did not answer in time; nothing was changed. Ask again if needed.",
+    }
+
+
+# A plain message answering held calls: these approve, these deny; anything else denies
+# them and is answered as itself.
+_YES = re.compile(
+    r"(?:yes|yeah|yep|yup|y|ok|okay|sure|do it|go ahead|go for it|approve|approved|confirm"
+    r"|confirmed|please do|yes please|yes,? do it|sounds good|fine|right|correct)",
+    re.IGNORECASE,
+)
+_NO = re.compile(
+    r"(?:no|nope|nah|n|cancel|don'?t|do not|stop|deny|denied|no thanks|no,? don'?t"
+    r"|never ?mind|keep (?:it|them)|leave (?:it|them))",
+    re.IGNORECASE,
+)
+
+
+def plain_answer(message: str | None) -> bool | None:
+    """True for a plain yes, False for a plain no, None for any other message."""
+    if message is None:
+        return None
+    words = " ".join(message.strip().rstrip(".!").split())
+    if _YES.fullmatch(words):
+        return True
+    if _NO.fullmatch(words):
+        return False
+    return None
+
+
+def question(summaries: Sequence[str]) -> str:
+    """The turn's last words when it held calls: what it would do, and how to answer."""
+    if len(summaries) == 1:
+        return f"{summaries[0]}? Reply yes to go ahead, or no to leave it."
+    lines = "\n".join(f"- {summary}" for summary in summaries)
+    return f"I need your OK first:\n{lines}\nReply yes to go ahead, or no to leave them."

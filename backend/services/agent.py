@@ -404,7 +404,11 @@ class OpenAIAgentService:
                 )
             if turn.pending:  # the rest waits for the person's answer
                 question = approvals.question([held.summary for held in turn.pending])
-                return f"{reply.content}\n\n{question}" if reply.content else question, False
+                if reply.content:
+                    question = "\n\n" + question
+                for piece in _chunks(question):
+                    turn.send("delta", {"text": piece})
+                return reply.content + question, False
         # Out of tool rounds: ask for a final answer without tools, once.
         try:
             reply = await caller.answer(turn, tool_choice="none")

@@ -1,4 +1,10 @@
-"""The database engine and the unit of work: one transaction, committed or rolled back."""
+"""The database engine and the unit of work: one transaction, committed or rolled back.
+
+Every connection of the pool starts as `todo_agent_app`, a role that row-level security
+holds (migration 0007), whatever role DATABASE_URL logs in as. A transaction on people's
+data names the user it acts for as its first statement (`transaction(as_user=...)`): a
+setting local to the transaction, which the policies read, so a pooled connection carries
+nothing to the next request. Background work runs as `todo_agent_worker` (`system()`)."""
 
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
@@ -6,7 +12,7 @@ from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 import orjson
-from sqlalchemy import TextClause, event
+from sqlalchemy import TextClause, event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.ext.asyncio import (
@@ -21,6 +27,11 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from backend.errors import DatabaseUnavailable
 from backend.settings import Settings
+
+APP_ROLE = "todo_agent_app"
+WORKER_ROLE = "todo_agent_worker"
+_ACT_AS = text("SELECT set_config('todo_agent.user_id', :user, true)")
+_AS_WORKER = text(f"SELECT set_config('role', '{WORKER_ROLE}', true)")
 
 # Errors that mean "the database is not there right now", as opposed to a bad query.
 _CONNECTIVITY_ERRORS: tuple[type[BaseException], ...] = (
@@ -147,7 +158,7 @@ class Database:
             pool_timeout=10,
             connect_args={
                 "timeout": 5,
-                "server_settings": {"application_name": "todo-agent"},
+                "server_settings": {"application_name": "todo-agent", "role": APP_ROLE},
             },
             json_deserializer=_json_loads,
         )
@@ -177,23 +188,35 @@ class Database:
             event.listen(self.engine.sync_engine, "before_cursor_execute", _count)
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncSession]:
-        """One unit of work: commits when the block succeeds, rolls back when it raises."""
+    async def transaction(self, *, as_user: str) -> AsyncIterator[AsyncSession]:
+        """One unit of work acting for `as_user`: commits when the block succeeds, rolls
+        back when it raises."""
         with _unavailable_as_503():
             async with self._sessions() as session, session.begin():
+                await (await session.connection()).execute(_ACT_AS, {"user": as_user})
                 yield session
 
     @asynccontextmanager
-    async def connection(self) -> AsyncIterator[AsyncConnection]:
+    async def connection(self, *, as_user: str) -> AsyncIterator[AsyncConnection]:
         """The same, on a Core connection: for hot paths that need no ORM."""
         with _unavailable_as_503():
             async with self.engine.begin() as connection:
+                await connection.execute(_ACT_AS, {"user": as_user})
+                yield connection
+
+    @asynccontextmanager
+    async def system(self) -> AsyncIterator[AsyncConnection]:
+        """A transaction of background work, as the worker role: it sees the tables it
+        tends (reminders, the outbox, retention), and no one's sessions or messages."""
+        with _unavailable_as_503():
+            async with self.engine.begin() as connection:
+                await connection.execute(_AS_WORKER)
                 yield connection
 
     @asynccontextmanager
     async def autocommit(self) -> AsyncIterator[AsyncConnection]:
-        """A connection outside any transaction, for one statement that is atomic by itself:
-        it saves the BEGIN and COMMIT round trips."""
+        """A connection outside any transaction, for one statement that is atomic by itself
+        and reads no one's rows (health): it saves the BEGIN and COMMIT round trips."""
         with _unavailable_as_503():
             async with self._autocommit.connect() as connection:
                 yield connection

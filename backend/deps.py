@@ -23,14 +23,6 @@ async def get_context(request: Request) -> AppContext:
 Context = Annotated[AppContext, Depends(get_context)]
 
 
-async def get_db(context: Context) -> AsyncIterator[AsyncSession]:
-    async with context.database.transaction() as db:
-        yield db
-
-
-# Committed before the response is sent, so a 2xx means the change is durable.
-DbSession = Annotated[AsyncSession, Depends(get_db, scope="function")]
-
 _bearer = HTTPBearer(auto_error=False, description="A JWT whose `sub` is the user id.")
 
 
@@ -58,12 +50,23 @@ async def current_user(
 async def ensure_user(context: AppContext, identity: Identity) -> None:
     """Create the user on first sight (once per process; see KnownUsers)."""
     if identity.user_id not in context.known_users:
-        async with context.database.transaction() as db:
+        async with context.database.transaction(as_user=identity.user_id) as db:
             await upsert_user(db=db, identity=identity)
         context.known_users.add(identity.user_id)
 
 
 CurrentUser = Annotated[Identity, Depends(current_user)]
+
+
+async def get_db(context: Context, user: CurrentUser) -> AsyncIterator[AsyncSession]:
+    """The request's unit of work, acting for the signed-in user (row-level security holds
+    it to their rows and their lists')."""
+    async with context.database.transaction(as_user=user.user_id) as db:
+        yield db
+
+
+# Committed before the response is sent, so a 2xx means the change is durable.
+DbSession = Annotated[AsyncSession, Depends(get_db, scope="function")]
 
 
 IdempotencyKey = Annotated[

@@ -35,6 +35,13 @@ class UserMismatch(DomainError):
     detail = "The user id in the path is not the signed-in user."
 
 
+class NotAllowed(DomainError):
+    """A member's role does not allow this (a viewer's write, an editor sharing)."""
+
+    status_code = 403
+    detail = "Your role in this list does not allow that."
+
+
 class NotFound(DomainError):
     status_code = 404
     detail = "Not found."
@@ -48,6 +55,14 @@ class SessionNotFound(NotFound):
     detail = "Session not found."
 
 
+class ListNotFound(NotFound):
+    detail = "List not found."
+
+
+class InvitationNotFound(NotFound):
+    detail = "No such invitation (it may have been used, revoked or have expired)."
+
+
 class ApprovalNotFound(NotFound):
     detail = "No such approval."
 
@@ -55,6 +70,11 @@ class ApprovalNotFound(NotFound):
 class StepsHaveNoSteps(DomainError):
     status_code = 422
     detail = "That task is a step; a step cannot have steps of its own."
+
+
+class NotAMember(DomainError):
+    status_code = 422
+    detail = "That user is not a member of this list."
 
 
 class InvalidSchedule(DomainError):
@@ -81,6 +101,12 @@ class UnknownModel(DomainError):
 class Conflict(DomainError):
     status_code = 409
     detail = "Conflict."
+
+
+class ListConflict(Conflict):
+    """A list name its owner has already, a change to the Inbox, the owner leaving."""
+
+    detail = "That cannot be done to this list."
 
 
 class NotInTrash(Conflict):

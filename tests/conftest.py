@@ -180,6 +180,22 @@ async def agent_client(
         yield client
 
 
+@asynccontextmanager
+async def acting_as(engine: AsyncEngine, user: str) -> AsyncIterator[AsyncSession]:
+    """A unit of work as the service runs one: as its role (row-level security holds it),
+    acting for `user`, committed at the end."""
+    async with AsyncSession(engine, expire_on_commit=False) as session, session.begin():
+        connection = await session.connection()
+        await connection.execute(_ACTING_AS, {"user": user})
+        yield session
+
+
+_ACTING_AS = text(
+    "SELECT set_config('role', 'todo_agent_app', true),"
+    " set_config('todo_agent.user_id', :user, true)"
+)
+
+
 @pytest.fixture
 async def db(engine: AsyncEngine) -> AsyncIterator[AsyncSession]:
     """A session for arranging and inspecting data directly; commits on success."""

@@ -21,7 +21,6 @@ from zoneinfo import ZoneInfo
 from dateutil.rrule import rrulestr
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlmodel.ext.asyncio.session import AsyncSession
 
 from backend.auth import Identity
 from backend.services import undo
@@ -29,6 +28,7 @@ from backend.services.stub import StubResponder
 from backend.services.stub.context import HistoryRow
 from backend.services.tools import TodoTools, ToolResult
 from backend.services.users import upsert_user
+from tests.conftest import acting_as
 
 # A due date, relative to the user's local today: "+3" (days), "wd3" (the next Thursday,
 # 0 = Monday), "dom20" (the next 20th), "eom" (the end of this month), "+1@09:00" (a time),
@@ -878,7 +878,7 @@ class _Session:
             )
 
     async def run(self, tool: str, arguments: Mapping[str, Any]) -> ToolResult:
-        async with AsyncSession(self.engine, expire_on_commit=False) as db, db.begin():
+        async with acting_as(self.engine, self.user) as db:
             if self.history or self.saying:  # what the case arranges is no turn of it
                 assert self.tools.turn is not None
                 await undo.record_turn(
@@ -932,7 +932,7 @@ async def _arrange(session: _Session, tasks: tuple[Task, ...], today: date) -> N
 
 async def run_case(engine: AsyncEngine, case: Case, *, user: str, tz: str = "UTC") -> Outcome:
     """Say the case's messages to a fresh stub in one session; compare the effects."""
-    async with AsyncSession(engine, expire_on_commit=False) as db, db.begin():
+    async with acting_as(engine, user) as db:
         await upsert_user(db=db, identity=Identity(user_id=user, name="Sam"))
     session = _Session(engine, user, tz)
     await session.open()

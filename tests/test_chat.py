@@ -84,6 +84,8 @@ def test_tool_schemas_are_strict_and_have_no_user_id() -> None:
         "restore_todo",
         "purge_trash",
         "undo_last_turn",
+        "list_lists",
+        "create_list",
         "get_user_context",
     ]
     for tool in TOOL_DEFINITIONS:

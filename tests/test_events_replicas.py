@@ -176,7 +176,7 @@ async def reminder_events(engine: AsyncEngine, user_id: str) -> dict[str, list[d
 async def reminded_at(engine: AsyncEngine, user_id: str) -> dict[str, datetime | None]:
     async with engine.connect() as connection:
         rows = await connection.execute(
-            text("SELECT id, reminded_at FROM tasks WHERE user_id = :user_id"),
+            text("SELECT id, reminded_at FROM tasks WHERE created_by = :user_id"),
             {"user_id": user_id},
         )
         return {str(task_id): at for task_id, at in rows}

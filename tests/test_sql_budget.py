@@ -11,7 +11,6 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend import metrics
-from backend.services import turns
 from tests.chat_helpers import chat
 from tests.fake_openai import FakeOpenAI
 
@@ -51,31 +50,22 @@ def _rows_read(plan: dict[str, Any], table: str) -> float:
 async def test_the_history_read_does_not_grow_with_the_session_whatever_the_planner_guesses(
     engine: AsyncEngine, database_url: str, guess: str
 ) -> None:
-    """The turn's statement is prepared once and may run on a generic plan, which cannot
-    know which session it reads, nor how long that session is: the planner guesses from
-    the table's statistics and costs. Told sessions are short (2 messages on average),
-    users many (100 messages each) and random reads dear, `ORDER BY seq DESC LIMIT n` read
-    the whole session and sorted it (as a generic plan did in the benchmark's database:
-    5 ms at 10,000 messages); the history is read by index probes either way."""
-    statement = turns._OPEN_TURN_STATEMENTS[("session", True)]
+    """The turn's history read (`todo_history`, which `todo_open_turn` calls) is planned
+    once and may run on a generic plan, which cannot know which session it reads, nor how
+    long that session is: the planner guesses from the table's statistics and costs. Told
+    sessions are short (2 messages on average), users many (100 messages each) and random
+    reads dear, `ORDER BY seq DESC LIMIT n` read the whole session and sorted it (as a
+    generic plan did in the benchmark's database: 5 ms at 10,000 messages); the history is
+    read by index probes either way."""
     session = uuid.uuid4()
     limit = 19
-    values = {
-        "owner": "'hist'",
-        "session": f"'{session}'",
-        "message": f"'{uuid.uuid4()}'",
-        "turn": f"'{uuid.uuid4()}'",
-        "content": "'one more'",
-        "timezone": "NULL",
-        "tau": "60",
-        "interval": "0",
-        "lease": "30",
-        "limit": str(limit),
-    }
     connection = await asyncpg.connect(database_url.replace("+asyncpg", ""))
     arranged = connection.transaction()  # all of it rolled back: statistics, settings, rows
     await arranged.start()
     try:
+        body = await connection.fetchval(
+            "SELECT prosrc FROM pg_proc WHERE proname = 'todo_history'"
+        )
         await connection.execute("INSERT INTO users (id) VALUES ('hist')")
         await connection.execute(
             "INSERT INTO agent_sessions (id, user_id, title) VALUES ($1, 'hist', 'long')", session
@@ -96,11 +86,13 @@ async def test_the_history_read_does_not_grow_with_the_session_whatever_the_plan
             await connection.execute("SET LOCAL random_page_cost = 40")
         await connection.execute("ANALYZE agent_messages")
         await connection.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        await connection.execute(f"PREPARE open_turn AS {statement.sql}")
-        arguments = ", ".join(values[name] for name in statement.names)
+        # The function's own text, its parameters in place of its argument names.
+        prepared = body.replace("session", "$1").replace("$1_id", "session_id")
+        prepared = prepared.replace("want", "$2")
+        await connection.execute(f"PREPARE history(uuid, integer) AS {prepared}")
         [explained] = json.loads(
             await connection.fetchval(
-                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE open_turn({arguments})"
+                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE history('{session}', {limit})"
             )
         )
     finally:

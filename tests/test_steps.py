@@ -134,19 +134,20 @@ async def test_a_step_cannot_have_steps(client: httpx.AsyncClient) -> None:
     assert (await _list(client))["count"] == 2
 
 
-async def test_the_database_keeps_steps_one_level_deep_and_with_their_owner(
+async def test_the_database_keeps_steps_one_level_deep_and_in_their_list(
     client: httpx.AsyncClient, engine: AsyncEngine
 ) -> None:
     plan = await make_task(client, user="alice", title="Plan", steps=["Step"])
     bobs = await make_task(client, user="bob", title="Bob's")
     insert = text(
-        "INSERT INTO tasks (id, user_id, number, title, parent_id) "
-        "VALUES (gen_random_uuid(), 'alice', 99, 'x', :parent)"
+        "INSERT INTO tasks (id, list_id, created_by, title, parent_id) "
+        "VALUES (gen_random_uuid(), :list, 'alice', 'x', :parent)"
     )
+    inbox = plan["list_id"]
     for parent in (plan["steps"][0]["id"], bobs["id"]):
         with pytest.raises(IntegrityError):
             async with engine.begin() as connection:
-                await connection.execute(insert, {"parent": parent})
+                await connection.execute(insert, {"list": inbox, "parent": parent})
 
 
 async def test_completing_steps_and_parents_is_independent(client: httpx.AsyncClient) -> None:
@@ -196,7 +197,7 @@ async def test_the_model_plans_a_task_with_its_steps_in_one_call(
     assert [s["title"] for s in (await _get(agent_client, 1))["steps"]] == steps
     # The service told the model how to plan, before anything about this user.
     rules = model.last_messages()[0]["content"]
-    assert "add_todo(title=..., steps=[...])" in rules
+    assert "add_todo(title, steps)" in rules
 
 
 async def test_the_model_adds_lists_and_ticks_off_steps(

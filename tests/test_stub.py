@@ -7,12 +7,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlmodel.ext.asyncio.session import AsyncSession
 
 from backend.auth import Identity
 from backend.services.stub import DIDNT_UNDERSTAND, MAX_COMMAND_CHARS, StubResponder
 from backend.services.tools import TodoTools, ToolResult
 from backend.services.users import upsert_user
+from tests.conftest import acting_as
 
 READ_ONLY_TOOLS = {"list_todos", "get_user_context"}
 
@@ -22,12 +22,13 @@ class Chat:
 
     def __init__(self, engine: AsyncEngine, *, user: str, name: str, tz: str) -> None:
         self.engine = engine
+        self.user = user
         self.name = name
         self.tools = TodoTools(owner=user, name=name, tz=ZoneInfo(tz))
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
     async def run(self, tool: str, arguments: Mapping[str, Any]) -> ToolResult:
-        async with AsyncSession(self.engine, expire_on_commit=False) as db, db.begin():
+        async with acting_as(self.engine, self.user) as db:
             parsed = self.tools.parse(tool, arguments)
             return parsed if isinstance(parsed, dict) else await self.tools.run(db, parsed)
 
@@ -67,7 +68,7 @@ class Chat:
 async def make_chat(
     engine: AsyncEngine, *, user: str = "alice", name: str = "Alice", tz: str = "UTC"
 ) -> Chat:
-    async with AsyncSession(engine, expire_on_commit=False) as db, db.begin():
+    async with acting_as(engine, user) as db:
         await upsert_user(db=db, identity=Identity(user_id=user, name=name))
     return Chat(engine, user=user, name=name, tz=tz)
 

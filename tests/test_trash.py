@@ -132,7 +132,7 @@ async def test_purging_one_and_emptying_the_trash_delete_for_good(
     assert emptied.status_code == 204
     assert (await _trash(client))["data"] == []
     async with engine.connect() as connection:
-        left = await connection.execute(text("SELECT title FROM tasks WHERE user_id = 'alice'"))
+        left = await connection.execute(text("SELECT title FROM tasks WHERE created_by = 'alice'"))
         assert [row[0] for row in left] == ["kept"]
     # Purging tells nothing new: the task was told deleted when it went to the trash.
     assert [e for e in await events_of(engine) if e[0] == "task.deleted"] == [

@@ -4,6 +4,7 @@ from backend.models.approval import Approval
 from backend.models.change import TaskChange
 from backend.models.event import Event
 from backend.models.idempotency import IdempotencyKey
+from backend.models.list import ListInvitation, ListMember, TaskNumber, TodoList
 from backend.models.session import AgentMessage, AgentSession
 from backend.models.task import Task
 from backend.models.user import User
@@ -14,7 +15,11 @@ __all__ = [
     "Approval",
     "Event",
     "IdempotencyKey",
+    "ListInvitation",
+    "ListMember",
     "Task",
     "TaskChange",
+    "TaskNumber",
+    "TodoList",
     "User",
 ]

@@ -25,7 +25,8 @@ from backend.models._types import OptionalTimestamp
 
 EventType = Literal[
     "task.created", "task.updated", "task.completed", "task.reopened", "task.deleted",
-    "task.restored", "reminder.due",
+    "task.restored", "reminder.due", "list.created", "list.updated", "list.deleted",
+    "list.member_added", "list.member_removed", "user.deleted",
 ]  # fmt: skip
 
 
@@ -72,11 +73,13 @@ class CloudEvent(BaseModel):
     source: str
     type: EventType
     time: datetime
-    subject: str = PydanticField(description="The task's id.")
+    subject: str = PydanticField(description="The task's id (a list's, for list events).")
     datacontenttype: Literal["application/json"] = "application/json"
     data: dict[str, Any] = PydanticField(
-        description='{"user_id", "task"}; for task.deleted the task\'s id, number and title; '
-        'for reminder.due also "remind_at" and "late".'
+        description='{"user_id" (the recipient), "task"} with the recipient\'s own number; for '
+        'task.deleted the task\'s id, number and title; for reminder.due also "remind_at" and '
+        '"late"; list events carry {"user_id", "list": {"id", "name", "owner_id", "role"}} and, '
+        'for member events, "member".'
     )
 
 

@@ -27,7 +27,7 @@ class _Result(BaseModel):
 
 class TodoResult(_Result):
     id: str
-    number: int
+    number: int = Field(description="The user's own number for it.")
     title: str
     description: str | None = None
     completed: bool
@@ -65,6 +65,23 @@ class TrashPurgedResult(_Result):
     number: int | None = None
     title: str | None = None
     count: int | None = Field(default=None, description="Tasks purged by emptying the trash.")
+
+
+class ListResult(_Result):
+    id: str
+    name: str
+    role: Literal["owner", "editor", "viewer"]
+    shared: bool
+    pending: int
+
+
+class ListListsResult(_Result):
+    lists: list[ListResult]
+
+
+class ListCreatedResult(_Result):
+    status: Literal["created"]
+    list: ListResult
 
 
 class UserContextResult(_Result):

@@ -5,7 +5,7 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import Field as PydanticField
-from pydantic import model_validator
+from pydantic import StringConstraints, model_validator
 from pydantic.json_schema import SkipJsonSchema
 from sqlalchemy import (
     Boolean,
@@ -57,7 +57,17 @@ _RECURRENCE = (
 _REMIND_AT = "When to remind; naive values are read in your timezone. Not in the past."
 
 
+ListRef = Annotated[uuid.UUID, PydanticField(description="A list's id (default: your Inbox).")]
+AssigneeId = Annotated[
+    Text,
+    StringConstraints(min_length=1, max_length=255),
+    PydanticField(description="A member of the task's list (a user id)."),
+]
+
+
 class TaskCreate(TaskBase):
+    list_id: ListRef | None = None
+    assignee_id: AssigneeId | None = None
     due_at: DueAt | None = PydanticField(
         default=None,
         description="ISO 8601 date or date-time; naive values are read in your timezone.",
@@ -87,6 +97,12 @@ class TaskUpdate(SQLModel):
     priority: Priority | SkipJsonSchema[None] = None
     tags: Tags | SkipJsonSchema[None] = None
     completed: bool | SkipJsonSchema[None] = None
+    list_id: ListRef | SkipJsonSchema[None] = PydanticField(
+        default=None, description="Move it (and its steps) to this list."
+    )
+    assignee_id: AssigneeId | None = PydanticField(
+        default=None, description="A member of its list; null: nobody."
+    )
     recurrence: Recurrence | None = PydanticField(
         default=None, description=_RECURRENCE + " `null` stops the series."
     )
@@ -94,7 +110,7 @@ class TaskUpdate(SQLModel):
 
     @model_validator(mode="after")
     def _required_fields_not_null(self) -> "TaskUpdate":
-        for name in ("title", "priority", "tags", "completed"):
+        for name in ("title", "priority", "tags", "completed", "list_id"):
             if name in self.model_fields_set and getattr(self, name) is None:
                 raise ValueError(f"{name} cannot be null")
         return self
@@ -105,23 +121,28 @@ class TaskCompletion(SQLModel):
 
 
 class Task(SQLModel, table=True):
+    """A task is in a list; who may reach it is who is a member of that list. Its number is
+    each reader's own (`TaskNumber`)."""
+
     __tablename__ = "tasks"
     __table_args__ = (
-        Index("uq_tasks_user_number", "user_id", "number", unique=True),
-        Index("ix_tasks_user_status_due", "user_id", "completed", "due_at"),
+        Index("ix_tasks_list_status_due", "list_id", "completed", "due_at"),
         CheckConstraint("priority IN ('low', 'medium', 'high')", name="ck_tasks_priority"),
-        # A step's parent belongs to the step's owner: the foreign key says so, with the
-        # user id in it. Deleting a task deletes its steps. That a step has no steps of its
-        # own is a trigger of migration 0002 (tasks_one_level), and the service checks it
-        # first to answer with a clear error.
-        UniqueConstraint("user_id", "id", name="uq_tasks_user_id"),
+        # A step is in its parent's list: the foreign key says so, with the list in it, and
+        # moving the task moves its steps (ON UPDATE CASCADE). Deleting a task deletes its
+        # steps. That a step has no steps of its own is a trigger of migration 0002
+        # (tasks_one_level), and the service checks it first to answer with a clear error.
+        UniqueConstraint("list_id", "id", name="uq_tasks_list_id"),
         ForeignKeyConstraint(
-            ["user_id", "parent_id"],
-            ["tasks.user_id", "tasks.id"],
+            ["list_id", "parent_id"],
+            ["tasks.list_id", "tasks.id"],
             name="fk_tasks_parent",
             ondelete="CASCADE",
+            onupdate="CASCADE",
         ),
-        Index("ix_tasks_user_parent", "user_id", "parent_id"),
+        Index("ix_tasks_list_parent", "list_id", "parent_id"),
+        Index("ix_tasks_created_by", "created_by"),
+        Index("ix_tasks_assignee", "assignee_id"),
         Index("ux_tasks_previous", "previous_id", unique=True),
         Index(
             "ix_tasks_reminders_due",
@@ -131,10 +152,10 @@ class Task(SQLModel, table=True):
                 " AND deleted_at IS NULL"
             ),
         ),
-        # The trash: a user's, most recently deleted first; and what retention purges.
+        # The trash: a list's, most recently deleted first; and what retention purges.
         Index(
-            "ix_tasks_user_trash",
-            "user_id",
+            "ix_tasks_list_trash",
+            "list_id",
             "deleted_at",
             postgresql_where=text("deleted_at IS NOT NULL"),
         ),
@@ -146,10 +167,24 @@ class Task(SQLModel, table=True):
     )
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
-    user_id: str = Field(
-        sa_column=Column(String(255), ForeignKey("users.id", ondelete="CASCADE"), nullable=False)
+    list_id: uuid.UUID = Field(
+        sa_column=Column(
+            ForeignKey("lists.id", ondelete="CASCADE", name="fk_tasks_list"), nullable=False
+        )
     )
-    number: int
+    # Who made it (NULL once they erased their account) and who it is for, if anyone.
+    created_by: str | None = Field(
+        default=None,
+        sa_column=Column(
+            String(255), ForeignKey("users.id", ondelete="SET NULL", name="fk_tasks_created_by")
+        ),
+    )
+    assignee_id: str | None = Field(
+        default=None,
+        sa_column=Column(
+            String(255), ForeignKey("users.id", ondelete="SET NULL", name="fk_tasks_assignee")
+        ),
+    )
     parent_id: uuid.UUID | None = None
     title: str = Field(max_length=200)
     description: str | None = Field(default=None, max_length=2000)
@@ -182,7 +217,9 @@ class Task(SQLModel, table=True):
 
 class TaskPublic(SQLModel):
     id: uuid.UUID
-    number: int
+    number: int = PydanticField(description="Your number for it (each member has their own).")
+    list_id: uuid.UUID
+    assignee_id: str | None = None
     title: str
     description: str | None
     completed: bool
@@ -245,5 +282,9 @@ class TaskFilters(SQLModel):
         default=None, max_length=64, description="Only the steps of this task (number or UUID)."
     )
     top_level: bool = PydanticField(default=False, description="Only tasks that are not steps.")
+    list: uuid.UUID | None = PydanticField(default=None, description="Only this list's tasks.")
+    assignee: Text | None = PydanticField(
+        default=None, max_length=255, description="Only tasks assigned to this user id, or `me`."
+    )
     limit: int = PydanticField(default=50, ge=1, le=MAX_PAGE)
     offset: int = PydanticField(default=0, ge=0, le=1_000_000)

@@ -47,11 +47,11 @@ async def delete_feed(user: CurrentUser, db: DbSession) -> Response:
         **error_responses(404, 429),
     },
 )
-async def get_feed(secret: str, db: DbSession, context: Context, request: Request) -> Response:
+async def get_feed(secret: str, context: Context, request: Request) -> Response:
     """The feed: one VEVENT per pending task with a due date (no bearer token: the secret in
     the URL is the credential)."""
     # Per client and per feed: guessing secrets and polling one feed hard both stop here.
     context.feed_limiter.check("client:" + (request.client.host if request.client else "?"))
     context.feed_limiter.check("feed:" + calendar.digest(secret))
-    body = await calendar.feed(db=db, secret=secret)
+    body = await calendar.feed(database=context.database, secret=secret)
     return Response(body, media_type="text/calendar; charset=utf-8")

@@ -29,7 +29,7 @@ async def list_tasks(
 ) -> TasksPublic:
     """List the user's tasks in number order, filtered, with the total count and each
     task's progress through its steps."""
-    return await tasks.list_tasks(db=db, owner=user.user_id, filters=filters)
+    return await tasks.list_tasks(db=db, user=user.user_id, filters=filters)
 
 
 @router.post(
@@ -50,18 +50,18 @@ async def create_task(
     if idempotency_key is not None:
         return await tasks.create_task_once(
             db=db,
-            owner=user.user_id,
+            user=user.user_id,
             data=data,
             key=check_key(idempotency_key),
             ttl_s=context.settings.idempotency_ttl_s,
         )
-    return await tasks.create_task(db=db, owner=user.user_id, data=data)
+    return await tasks.create_task(db=db, user=user.user_id, data=data)
 
 
 @router.get("/{task_id}", operation_id="getTask")
 async def get_task(user: CurrentUser, db: DbSession, task_id: TaskId) -> TaskDetail:
     """Get one task by UUID or number, with its steps in order."""
-    return await tasks.get_task(db=db, owner=user.user_id, ref=TaskRef.parse(task_id))
+    return await tasks.get_task(db=db, user=user.user_id, ref=TaskRef.parse(task_id))
 
 
 @router.patch("/{task_id}", operation_id="updateTask")
@@ -70,7 +70,7 @@ async def update_task(
 ) -> TaskChanged:
     """Change the fields sent; `null` clears an optional field. Completing an occurrence of
     a repeating task answers the next one as `next`."""
-    return await tasks.update_task(db=db, owner=user.user_id, ref=TaskRef.parse(task_id), data=data)
+    return await tasks.update_task(db=db, user=user.user_id, ref=TaskRef.parse(task_id), data=data)
 
 
 @router.put("/{task_id}", operation_id="replaceTask")
@@ -92,7 +92,7 @@ async def complete_task(
     Completing an occurrence of a repeating task creates the next one, answered as `next`."""
     return await tasks.set_completed(
         db=db,
-        owner=user.user_id,
+        user=user.user_id,
         ref=TaskRef.parse(task_id),
         completed=data.completed if data else None,
     )
@@ -102,7 +102,7 @@ async def complete_task(
 async def delete_task(user: CurrentUser, db: DbSession, task_id: TaskId) -> Response:
     """Move a task and its steps to the trash (restorable until purged); its number stays
     its own."""
-    await tasks.delete_task(db=db, owner=user.user_id, ref=TaskRef.parse(task_id))
+    await tasks.delete_task(db=db, user=user.user_id, ref=TaskRef.parse(task_id))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -110,4 +110,4 @@ async def delete_task(user: CurrentUser, db: DbSession, task_id: TaskId) -> Resp
 async def restore_task(user: CurrentUser, db: DbSession, task_id: TaskId) -> TaskDetail:
     """Bring a task back from the trash, with its steps, its number and (if still ahead) its
     reminder; 409 if it is not in the trash."""
-    return await tasks.restore_task(db=db, owner=user.user_id, ref=TaskRef.parse(task_id))
+    return await tasks.restore_task(db=db, user=user.user_id, ref=TaskRef.parse(task_id))

@@ -23,7 +23,7 @@ async def list_trash(
     cursor: Cursor = None,
 ) -> TrashPublic:
     """The deleted tasks that can be restored, most recently deleted first."""
-    return await tasks.list_trash(db=db, owner=user.user_id, limit=limit, cursor=cursor)
+    return await tasks.list_trash(db=db, user=user.user_id, limit=limit, cursor=cursor)
 
 
 @router.delete(
@@ -34,12 +34,12 @@ async def list_trash(
 )
 async def purge_task(user: CurrentUser, db: DbSession, task_id: TaskId) -> Response:
     """Delete a task in the trash for good, with its steps (409 if it is not in the trash)."""
-    await tasks.purge_task(db=db, owner=user.user_id, ref=TaskRef.parse(task_id))
+    await tasks.purge_task(db=db, user=user.user_id, ref=TaskRef.parse(task_id))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.delete("", status_code=status.HTTP_204_NO_CONTENT, operation_id="emptyTrash")
 async def empty_trash(user: CurrentUser, db: DbSession) -> Response:
     """Delete everything in the trash for good."""
-    await tasks.empty_trash(db=db, owner=user.user_id)
+    await tasks.empty_trash(db=db, user=user.user_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

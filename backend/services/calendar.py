@@ -14,16 +14,18 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from icalendar import Alarm, Calendar, Event, vRecur
-from sqlalchemy import update
+from sqlalchemy import text, update
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from backend.db import Database
 from backend.errors import CalendarNotFound, FeedRateLimited
 from backend.models.task import Task
 from backend.models.user import User
-from backend.services import recurrence
+from backend.services import access, recurrence
 
 PRODID = "-//todo-agent//tasks//EN"
+_OWNER = text("SELECT todo_calendar_owner(:hashed)")
 # A timed task shows as a short event at its due time.
 TIMED_LENGTH = timedelta(minutes=30)
 
@@ -48,24 +50,26 @@ async def revoke(*, db: AsyncSession, owner: str) -> None:
     await db.exec(statement)
 
 
-async def feed(*, db: AsyncSession, secret: str) -> bytes:
-    """The feed of the user whose secret this is; an unknown secret is CalendarNotFound."""
+async def feed(*, database: Database, secret: str) -> bytes:
+    """The feed of the user whose secret this is (their own and shared lists' dated pending
+    tasks), read as that user; an unknown secret is CalendarNotFound."""
     hashed = digest(secret)
-    statement = select(col(User.id), col(User.timezone), col(User.calendar_secret_hash)).where(
-        col(User.calendar_secret_hash) == hashed
-    )
-    row = (await db.exec(statement)).one_or_none()
-    if row is None or not hmac.compare_digest(row[2] or "", hashed):
+    async with database.system() as connection:  # the secret is the credential: find whose
+        owner = (await connection.execute(_OWNER, {"hashed": hashed})).scalar_one_or_none()
+    if owner is None:
         raise CalendarNotFound()
-    owner, zone, _ = row
-    tasks = await db.exec(
-        select(Task)
-        .where(col(Task.user_id) == owner, col(Task.completed).is_(False))
-        .where(col(Task.deleted_at).is_(None))
-        .where(col(Task.due_at).is_not(None))
-        .order_by(col(Task.due_at))
-    )
-    return calendar(list(tasks.all()), ZoneInfo(zone or "UTC"))
+    async with database.transaction(as_user=owner) as db:
+        user = (await db.exec(select(User).where(col(User.id) == owner))).one_or_none()
+        if user is None or not hmac.compare_digest(user.calendar_secret_hash or "", hashed):
+            raise CalendarNotFound()
+        tasks = await db.exec(
+            select(Task)
+            .where(access.reachable(owner, col(Task.list_id)))
+            .where(col(Task.completed).is_(False), col(Task.deleted_at).is_(None))
+            .where(col(Task.due_at).is_not(None))
+            .order_by(col(Task.due_at))
+        )
+        return calendar(list(tasks.all()), ZoneInfo(user.timezone or "UTC"))
 
 
 def calendar(tasks: list[Task], tz: ZoneInfo) -> bytes:

@@ -25,6 +25,8 @@ from backend.auth import Identity
 from backend.db import Database
 from backend.errors import DatabaseUnavailable
 from backend.models.mcp import (
+    ListCreatedResult,
+    ListListsResult,
     TodoChangeResult,
     TodoDeletedResult,
     TodoListResult,
@@ -68,6 +70,10 @@ ANNOTATIONS: dict[str, types.ToolAnnotations] = {
     "purge_trash": types.ToolAnnotations(
         read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
     ),
+    "list_lists": _READ_ONLY,
+    "create_list": types.ToolAnnotations(
+        read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+    ),
 }
 OUTPUTS: dict[str, type[BaseModel]] = {
     "list_todos": TodoListResult,
@@ -77,6 +83,8 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "delete_todo": TodoDeletedResult,
     "restore_todo": TodoChangeResult,
     "purge_trash": TrashPurgedResult,
+    "list_lists": ListListsResult,
+    "create_list": ListCreatedResult,
     "get_user_context": UserContextResult,
 }
 # Undoing a chat turn belongs to the chat: an MCP call is not part of one.
@@ -174,7 +182,7 @@ class TodoMcp:
             call = tools.parse(name, arguments)
             if isinstance(call, dict):
                 return call
-            async with self._database.transaction() as db:
+            async with self._database.transaction(as_user=identity.user_id) as db:
                 return await tools.run(db, call)
         except DatabaseUnavailable as unavailable:
             return error(unavailable.detail)
@@ -185,7 +193,7 @@ class TodoMcp:
     async def _admit(self, identity: Identity) -> turns.Admission:
         """Pass the user's rate limit; the user is created on first sight."""
         while True:
-            async with self._database.autocommit() as db:
+            async with self._database.connection(as_user=identity.user_id) as db:
                 admission = await turns.admit_call(
                     db,
                     owner=identity.user_id,
@@ -193,5 +201,5 @@ class TodoMcp:
                 )
             if admission is not None:
                 return admission
-            async with self._database.transaction() as db:
+            async with self._database.transaction(as_user=identity.user_id) as db:
                 await upsert_user(db=db, identity=identity)

@@ -61,125 +61,33 @@ class Opening:
     user_found: bool = True
 
 
-# The start of a turn, in one statement that is atomic by itself:
-#  gate:     the user's settings (name, timezone, instructions, model), and their rate
-#            limit, read under a row lock. GCRA: `chat_tat` is when the
-#            user's "bucket" is next empty; a turn is allowed when that is at most `tau`
-#            ahead of now (a burst of CHAT_RATE_LIMIT_PER_MINUTE turns), and then moves it
-#            `interval` further. The lock makes it exact across replicas; a NO KEY UPDATE
-#            lock does not conflict with the KEY SHARE locks that inserting a session (a
-#            foreign key to users) takes in a concurrent turn of the same user.
+# The start of a turn, one statement: the database function `todo_open_turn` (migration
+# 0007), which names its acting user first (row-level security holds every statement after
+# it to that user's rows), then:
+#  gate:     the user's settings (name, timezone, instructions, model, confirm), and their
+#            rate limit, read under a row lock. GCRA: `chat_tat` is when the user's "bucket"
+#            is next empty; a turn is allowed when that is at most `tau` ahead of now (a
+#            burst of CHAT_RATE_LIMIT_PER_MINUTE turns), and then moves it `spacing`
+#            further. The lock makes it exact across replicas; a NO KEY UPDATE lock does not
+#            conflict with the KEY SHARE locks that inserting a session (a foreign key to
+#            users) takes in a concurrent turn of the same user.
 #  lease:    if allowed, take the session (or create it) for this turn; the lease lives in
 #            the session row and expires, so a process that dies mid-turn cannot wedge it.
-#  admitted: if the session was taken, count the turn and remember the user's timezone.
-#  added:    and store the user message.
-# Then the history: the latest messages before this one (the statement's snapshot does not
-# see the row it inserts), newest first, walked back a message at a time: the `max(seq)`
-# below the last one, then that row, each a probe of the (session_id, seq) index, so its
-# cost does not grow with the session. (Not `ORDER BY seq DESC LIMIT n`: the planner cannot
-# know which session `lease` picks, so it plans for a session of average length, and when
-# those are short it reads the whole session and sorts it, 5 ms at 10,000 messages. A probe
-# is the cheapest plan whatever it guesses; and the probes name no user, which the planner
-# would count as a second filter shrinking its guess: the session is the user's, as `lease`
-# took it by its id and user.) Refused turns change nothing.
-# The user's name and timezone, and GCRA's gate (see below), for every statement that
-# admits work against the user's rate limit.
-_GATE_COLUMNS = """COALESCE(display_name, name) AS name, timezone,
-               GREATEST(COALESCE(chat_tat, now()), now()) AS base,
-               GREATEST(COALESCE(chat_tat, now()), now()) - now()
-                   <= make_interval(secs => :tau) AS allowed"""
-
-_OPEN_TURN = """
-    WITH gate AS (
-        SELECT {gate}, instructions, model, confirm,
-               CASE WHEN tokens_day = CURRENT_DATE THEN tokens_used ELSE 0 END AS tokens_today
-        FROM users WHERE id = :owner FOR NO KEY UPDATE
-    ), lease AS (
-        {lease}
-    ), admitted AS (
-        UPDATE users SET chat_tat = (SELECT base FROM gate) + make_interval(secs => :interval),
-                         timezone = COALESCE(:timezone, timezone)
-        WHERE id = :owner AND EXISTS (SELECT FROM lease)
-    ){added}
-    SELECT gate.allowed, gate.name, COALESCE(:timezone, gate.timezone) AS timezone,
-           gate.instructions, gate.model, gate.confirm, gate.tokens_today,
-           EXTRACT(EPOCH FROM gate.base - now())::float8 - :tau AS retry_after_s,
-           (SELECT id FROM lease) AS session_id,
-           {found} AS session_found,
-           (SELECT COALESCE(json_agg(h ORDER BY h.seq), '[]') FROM (
-                WITH RECURSIVE back AS (
-                    SELECT 1 AS n, seq, id, role, content, tool_calls, tool_results
-                    FROM agent_messages
-                    WHERE session_id = (SELECT id FROM lease) AND :limit > 0
-                      AND seq = (SELECT max(seq) FROM agent_messages
-                                 WHERE session_id = (SELECT id FROM lease))
-                    UNION ALL
-                    SELECT back.n + 1, earlier.*
-                    FROM back, LATERAL (
-                        SELECT seq, id, role, content, tool_calls, tool_results
-                        FROM agent_messages
-                        WHERE session_id = (SELECT id FROM lease)
-                          AND seq = (SELECT max(seq) FROM agent_messages
-                                     WHERE session_id = (SELECT id FROM lease)
-                                       AND seq < back.seq)
-                        LIMIT 1
-                    ) AS earlier
-                    WHERE back.n < :limit
-                )
-                SELECT seq, id, role, content, tool_calls, tool_results FROM back
-           ) AS h) AS history,
-           (SELECT json_agg(a ORDER BY a.created_at) FROM (
-                SELECT id, message_id, tool_call_id, name, arguments, summary, created_at,
-                       expires_at <= now() AS expired
-                FROM approvals WHERE session_id = (SELECT id FROM lease) AND state = 'pending'
-           ) AS a) AS held
-    FROM gate
-"""
-_ADD_MESSAGE = """, added AS (
-        INSERT INTO agent_messages (id, session_id, user_id, role, content, created_at)
-        SELECT :message, id, :owner, 'user', :content, clock_timestamp() FROM lease
-    )"""
-_TAKE = """
-        SET lease_owner = :turn, lease_expires_at = now() + make_interval(secs => :lease)
-        WHERE {where} AND (lease_expires_at IS NULL OR lease_expires_at < now())
-          AND (SELECT allowed FROM gate)
-        RETURNING id"""
-_IN_SESSION = "id = :session AND user_id = :owner"
-_LEASES = {
-    # An existing session of the user's.
-    "session": (f"UPDATE agent_sessions {_TAKE.format(where=_IN_SESSION)}", _IN_SESSION),
-    # A new session; with a chat id, the session bound to it, created on first use
-    # (atomically: two first messages of one chat cannot make two sessions).
-    "new": (
-        """
-        INSERT INTO agent_sessions (id, user_id, title, chat_id, lease_owner, lease_expires_at)
-        SELECT :session, :owner, :title, :chat, :turn, now() + make_interval(secs => :lease)
-        FROM gate WHERE gate.allowed
-        ON CONFLICT (user_id, chat_id) WHERE chat_id IS NOT NULL DO UPDATE
-        SET lease_owner = :turn, lease_expires_at = now() + make_interval(secs => :lease)
-        WHERE agent_sessions.lease_expires_at IS NULL OR agent_sessions.lease_expires_at < now()
-        RETURNING id""",
-        None,
-    ),
-}
-_OPEN_TURN_STATEMENTS = {
-    (kind, adds): Statement(
-        text(
-            _OPEN_TURN.format(
-                gate=_GATE_COLUMNS,
-                lease=lease,
-                found=f"EXISTS (SELECT FROM agent_sessions WHERE {where})" if where else "true",
-                # Regenerating answers the stored last user message again, and answering
-                # held calls alone goes on with the turn they belong to: nothing is added.
-                added=_ADD_MESSAGE if adds else "",
-            )
-        )
+#  admitted: if the session was taken, count the turn, remember the user's timezone, read
+#            the history (`todo_history`), store the user message, read the held calls.
+# The history is the latest messages before this one, newest first, walked back a message
+# at a time: the `max(seq)` below the last one, then that row, each a probe of the
+# (session_id, seq) index, so its cost does not grow with the session. (Not `ORDER BY seq
+# DESC LIMIT n`: the planner cannot know which session it reads, so on a generic plan it
+# plans for a session of average length, and when those are short it reads the whole
+# session and sorts it, 5 ms at 10,000 messages. A probe is the cheapest plan whatever it
+# guesses.) Refused turns change nothing.
+_OPEN_TURN = Statement(
+    text(
+        "SELECT * FROM todo_open_turn(:owner, :session, :is_new, :chat, :turn, :lease,"
+        " :spacing, :tau, :timezone, :message, :content, :title, :adds, :limit)"
     )
-    for kind, (lease, where) in _LEASES.items()
-    for adds in (True, False)
-    if kind == "session" or adds
-}
-
+)
 _FIND_CHAT_SESSION = text(
     """
     SELECT id FROM agent_sessions
@@ -216,64 +124,38 @@ _RECORD_TOOL_CALL = text(
     """
 ).bindparams(bindparam("calls", type_=JSONB), bindparam("results", type_=JSONB))
 
-# The user's daily tokens, the reply (completing the tool-call record if there is one), and
-# the session: activity time, token totals, and the lease, released only if still ours.
-# Locks are taken in the order `open_turn` takes them, the user's row before the session's:
-# the session update's condition reads `spent` (an InitPlan, run before its scan), so the
-# user row is locked first. The other order deadlocks with a turn opening in the session.
+# The end of a turn, one statement: the database function `todo_finish_turn` (migration
+# 0007): the user's daily tokens, the reply (completing the tool-call record if there is
+# one), and the session: activity time, token totals, and the lease, released only if still
+# ours. Locks are taken in the order `todo_open_turn` takes them, the user's row before the
+# session's: the other order deadlocks with a turn opening in the session.
 _FINISH = Statement(
     text(
-        """
-    WITH spent AS (
-        UPDATE users SET
-            tokens_used = CASE WHEN tokens_day = CURRENT_DATE THEN tokens_used ELSE 0 END
-                          + :total,
-            tokens_day = CURRENT_DATE
-        WHERE id = :owner
-        RETURNING id
-    ), reply AS (
-        INSERT INTO agent_messages (id, session_id, user_id, role, content, using_stub,
-                                    prompt_tokens, completion_tokens, cached_tokens, created_at)
-        VALUES (:message, :session, :owner, 'assistant', :content, :stub,
-                :prompt, :completion, :cached, clock_timestamp())
-        ON CONFLICT (id) DO UPDATE SET
-            content = EXCLUDED.content,
-            using_stub = EXCLUDED.using_stub,
-            prompt_tokens = EXCLUDED.prompt_tokens,
-            completion_tokens = EXCLUDED.completion_tokens,
-            cached_tokens = EXCLUDED.cached_tokens
-        RETURNING created_at
-    )
-    UPDATE agent_sessions SET
-        updated_at = now(),
-        prompt_tokens = prompt_tokens + :prompt,
-        completion_tokens = completion_tokens + :completion,
-        total_tokens = total_tokens + :total,
-        cached_tokens = cached_tokens + :cached,
-        lease_owner = CASE WHEN lease_owner = :turn THEN NULL ELSE lease_owner END,
-        lease_expires_at = CASE WHEN lease_owner = :turn THEN NULL ELSE lease_expires_at END
-    WHERE id = :session AND user_id = (SELECT id FROM spent)
-    RETURNING (SELECT created_at FROM reply) AS created_at
-    """
+        "SELECT todo_finish_turn(:owner, :session, :message, :turn, :content, :stub, :prompt,"
+        " :completion, :total, :cached) AS created_at"
     )
 )
 
 
 # A tool call from outside a turn (an MCP client) passes the same gate as a turn: one
 # unit of the user's CHAT_RATE_LIMIT_PER_MINUTE. Also reads what the tools need to know.
-_ADMIT_CALL_SQL = """
+_ADMIT_CALL = text(
+    """
     WITH gate AS (
-        SELECT {gate}
+        SELECT COALESCE(display_name, name) AS name, timezone, confirm,
+               GREATEST(COALESCE(chat_tat, now()), now()) AS base,
+               GREATEST(COALESCE(chat_tat, now()), now()) - now()
+                   <= make_interval(secs => :tau) AS allowed
         FROM users WHERE id = :owner FOR NO KEY UPDATE
     ), admitted AS (
         UPDATE users SET chat_tat = (SELECT base FROM gate) + make_interval(secs => :interval)
         WHERE id = :owner AND (SELECT allowed FROM gate)
     )
-    SELECT allowed, name, timezone,
+    SELECT allowed, name, timezone, confirm,
            EXTRACT(EPOCH FROM base - now())::float8 - :tau AS retry_after_s
     FROM gate
 """
-_ADMIT_CALL = text(_ADMIT_CALL_SQL.format(gate=_GATE_COLUMNS))
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +166,7 @@ class Admission:
     retry_after_s: float
     name: str | None
     timezone: str
+    confirm: str | None
 
 
 def _gcra(per_minute: int) -> tuple[float, float]:
@@ -305,6 +188,7 @@ async def admit_call(db: AsyncConnection, *, owner: str, per_minute: int) -> Adm
         retry_after_s=max(row.retry_after_s, 0.0),
         name=row.name,
         timezone=row.timezone,
+        confirm=row.confirm,
     )
 
 
@@ -343,24 +227,25 @@ async def open_turn(
     interval, tau = _gcra(per_minute)
     message_id = uuid.uuid4()
     adds = message is not None and not regenerate
+    if not adds and session_id is None:
+        raise SessionNotFound("There is no message in this chat to answer again.")
     params: dict[str, Any] = {
         "owner": owner,
         "session": session_id or uuid.uuid4(),
+        "is_new": session_id is None,
         "chat": chat_id,
         "turn": turn_id,
         "lease": lease_s,
-        "interval": interval,
+        "spacing": interval,
         "tau": tau,
         "timezone": timezone,
         "message": message_id,
         "content": message,
         "title": title_from(message or ""),
+        "adds": adds,
         "limit": history - 1 if adds else history,
     }
-    if not adds and session_id is None:
-        raise SessionNotFound("There is no message in this chat to answer again.")
-    kind = "new" if session_id is None else "session"
-    row = await first_row(db, _OPEN_TURN_STATEMENTS[kind, adds], params)
+    row = await first_row(db, _OPEN_TURN, params)
     if row is None:
         return Opening(started=False, user_found=False)
     if row["session_id"] is None:
@@ -484,7 +369,7 @@ async def finish(
             "cached": usage.cached_tokens,
         },
     )
-    if row is None:
+    if row is None or row["created_at"] is None:
         raise SessionNotFound()
     created_at: datetime = row["created_at"]
     return created_at

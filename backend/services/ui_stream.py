@@ -189,7 +189,7 @@ async def start_chat(
 ) -> UIMessageStream:
     """Answer the last user message of a `useChat` request (or, to regenerate, the stored
     last one again) in the session its chat id names. Raises as `agent.begin` does."""
-    async with database.autocommit() as db:
+    async with database.connection(as_user=identity.user_id) as db:
         session_id = await turns.find_chat_session(db, owner=identity.user_id, chat_id=request.id)
     turn = await agent.begin(
         identity=identity,

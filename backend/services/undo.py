@@ -34,9 +34,13 @@ _CHANGES = text(
     "SELECT task_id, action, before, after FROM task_changes"
     " WHERE message_id = :message AND undone_at IS NULL ORDER BY id"
 )
+# The tasks as they are now, as the acting user sees them (their number; whether they may
+# still change it: their role in its list may have changed since).
 _TASKS_NOW = text(
-    "SELECT id, number, title, completed, deleted_at IS NOT NULL AS trashed,"
-    " task_state(t) AS state FROM tasks t WHERE id = ANY(:ids) ORDER BY id FOR UPDATE"
+    "SELECT t.id, n.number, t.title, t.completed, t.deleted_at IS NOT NULL AS trashed,"
+    " task_state(t) AS state, t.list_id IN (SELECT todo_my_lists('editor')) AS writable"
+    " FROM tasks t LEFT JOIN task_numbers n ON n.task_id = t.id AND n.user_id = :owner"
+    " WHERE t.id = ANY(:ids) ORDER BY t.id FOR UPDATE OF t"
 )
 # A task the turn created goes to the trash; detached from the series it continued, so the
 # occurrence before it can have its next one again.
@@ -108,7 +112,8 @@ async def undo_last_turn(
         raise NothingToUndo()
     touched = _touched((await connection.execute(_CHANGES, {"message": message_id})).all())
     ids = [t.task_id for t in touched]
-    now = {task.id: task for task in (await connection.execute(_TASKS_NOW, {"ids": ids})).all()}
+    found = await connection.execute(_TASKS_NOW, {"ids": ids, "owner": owner})
+    now = {task.id: task for task in found.all()}
     for task in touched:
         _check_unchanged(task, now.get(task.task_id))
     changes = []
@@ -147,9 +152,15 @@ def _touched(rows: Sequence[Any]) -> list[_Touched]:
 def _check_unchanged(task: _Touched, current: Any) -> None:
     before = task.before or {}
     if current is None:
-        number, title = before.get("number", "?"), (task.after or before).get("title", "")
+        title = (task.after or before).get("title", "")
         raise UndoConflict(
-            f"Task {number} “{title}” has been deleted for good since, so nothing was undone."
+            f"Task “{title}” has been deleted for good since (or you can no longer reach "
+            "it), so nothing was undone."
+        )
+    if not current.writable:
+        raise UndoConflict(
+            f"You can no longer change task {current.number} “{current.title}”, so nothing "
+            "was undone."
         )
     if current.state != task.after:
         raise UndoConflict(

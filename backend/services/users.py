@@ -9,6 +9,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from backend.auth import Identity
 from backend.models.user import User
+from backend.services import access
 
 
 class KnownUsers:
@@ -32,7 +33,8 @@ class KnownUsers:
 
 
 async def upsert_user(*, db: AsyncSession, identity: Identity) -> None:
-    """Create the user, or refresh the profile claims the token carries."""
+    """Create the user (and their Inbox), or refresh the profile claims the token carries.
+    The transaction acts for that user."""
     statement = insert(User).values(id=identity.user_id, email=identity.email, name=identity.name)
     statement = statement.on_conflict_do_update(
         index_elements=[col(User.id)],
@@ -43,3 +45,4 @@ async def upsert_user(*, db: AsyncSession, identity: Identity) -> None:
         },
     )
     await db.exec(statement)
+    await access.inbox(db)

@@ -163,7 +163,7 @@ class EventHub(BackgroundWorker):
             while user.dirty:
                 user.dirty = False
                 while True:
-                    async with self._database.autocommit() as connection:
+                    async with self._database.system() as connection:
                         events = await store.events_since(
                             connection,
                             user_id=user_id,
@@ -195,7 +195,7 @@ class EventHub(BackgroundWorker):
         if user is None:
             # The first stream of this user here: where the outbox stands now. Another
             # stream of theirs already follows it live, so later ones need no query.
-            async with self._database.autocommit() as connection:
+            async with self._database.system() as connection:
                 newest = await store.last_event_id(connection, user_id=user_id)
             user = self._users.get(user_id)
             if user is None:
@@ -231,7 +231,7 @@ class EventHub(BackgroundWorker):
         and were held back by `last_id` until now)."""
         replayed: list[Frame] = []
         while after < to:
-            async with self._database.autocommit() as connection:
+            async with self._database.system() as connection:
                 events = await store.events_since(
                     connection, user_id=stream.user_id, after=after, retention_s=self._retention_s
                 )

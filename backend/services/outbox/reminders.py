@@ -30,7 +30,7 @@ class ReminderClock(BackgroundWorker):
 
     async def fire_due(self) -> int:
         """Fire what is due now; how many fired."""
-        async with self._database.connection() as connection:
+        async with self._database.system() as connection:
             fired = await store.fire_reminders(
                 connection, batch=BATCH, late_after_s=self._late_after_s
             )

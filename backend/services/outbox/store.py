@@ -69,17 +69,19 @@ async def last_event_id(connection: AsyncConnection, *, user_id: str) -> int:
 
 # -- reminders --------------------------------------------------------------------------
 
-# Claim what is due: rows SKIP LOCKED leaves to this replica. Then lock their owners in id
-# order (the trigger locks each owner to draw its event id; taking them in one order keeps
-# two replicas firing for the same users from deadlocking), then fire: `reminded_at` is set
+# Claim what is due: rows SKIP LOCKED leaves to this replica, with whom each reminder is for
+# (the assignee, else the creator, else the list's owner). Then lock those users in id
+# order (the trigger locks each to draw its event id; taking them in one order keeps two
+# replicas firing for the same users from deadlocking), then fire: `reminded_at` is set
 # only where it is still NULL, under those locks, so however many replicas run, a reminder
 # fires once, and the trigger writes its `reminder.due` event in the same transaction. A
 # process killed midway rolls back and another fires it.
 _CLAIM_DUE = text(
-    "SELECT id, user_id FROM tasks"
-    " WHERE remind_at IS NOT NULL AND reminded_at IS NULL AND NOT completed"
-    " AND deleted_at IS NULL AND remind_at <= now()"
-    " ORDER BY remind_at LIMIT :batch FOR NO KEY UPDATE SKIP LOCKED"
+    "SELECT t.id, COALESCE(t.assignee_id, t.created_by, l.owner_id) FROM tasks t"
+    " JOIN lists l ON l.id = t.list_id"
+    " WHERE t.remind_at IS NOT NULL AND t.reminded_at IS NULL AND NOT t.completed"
+    " AND t.deleted_at IS NULL AND t.remind_at <= now()"
+    " ORDER BY t.remind_at LIMIT :batch FOR NO KEY UPDATE OF t SKIP LOCKED"
 )
 _LOCK_OWNERS = text("SELECT id FROM users WHERE id = ANY(:ids) ORDER BY id FOR NO KEY UPDATE")
 _FIRE = text(

@@ -28,7 +28,7 @@ class Upkeep(BackgroundWorker):
         self._trash_retention_d = settings.trash_retention_d
 
     async def once(self, *, prune: bool) -> None:
-        async with self._database.autocommit() as connection:
+        async with self._database.system() as connection:
             if prune:
                 await store.prune(
                     connection, retention_s=self._retention_s, keep_undelivered=self._webhooks
@@ -37,9 +37,9 @@ class Upkeep(BackgroundWorker):
             if self._webhooks:
                 metrics.WEBHOOK_BACKLOG.set(await store.webhook_backlog(connection))
         if prune:
-            async with self._database.transaction() as db:
+            async with self._database.system() as connection:
                 await tasks.purge_expired_trash(
-                    db=db, retention_d=self._trash_retention_d, batch=TRASH_BATCH
+                    connection, retention_d=self._trash_retention_d, batch=TRASH_BATCH
                 )
 
     async def _run(self) -> None:

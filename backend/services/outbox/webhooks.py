@@ -55,7 +55,7 @@ class WebhookDispatcher(BackgroundWorker):
 
     async def deliver_due(self) -> int:
         """Claim what is due and attempt it; how many attempts were made."""
-        async with self._database.autocommit() as connection:
+        async with self._database.system() as connection:
             claimed = await store.claim_deliveries(
                 connection, batch=BATCH, lease_s=self._timeout_s + 10
             )
@@ -103,7 +103,7 @@ class WebhookDispatcher(BackgroundWorker):
                 "duration_ms": round((time.perf_counter() - started) * 1000, 1),
             },
         )
-        async with self._database.autocommit() as connection:
+        async with self._database.system() as connection:
             await store.settle_delivery(
                 connection,
                 event_id=event.id,
@@ -116,7 +116,7 @@ class WebhookDispatcher(BackgroundWorker):
         """The process is stopping mid-attempt: let the next one send it now, not when the
         lease runs out (best effort: the lease is still there if this fails)."""
         with contextlib.suppress(Exception):
-            async with asyncio.timeout(2), self._database.autocommit() as connection:
+            async with asyncio.timeout(2), self._database.system() as connection:
                 await store.hand_back_delivery(connection, event_id=event_id, attempt=attempt)
 
     async def _run(self) -> None:

@@ -2,7 +2,9 @@
 newest ai 6) against a real `todo-agent serve`: docs/nextjs.md's transport (a
 DefaultChatTransport) sends, every chunk is checked by the package's schema, and
 readUIMessageStream assembles the message `useChat` would show. One node run per server
-covers both versions (tests/js/ai-sdk)."""
+covers both versions (tests/js/ai-sdk). Calls held for the person's yes: ai 6's Chat (what
+`useChat` wraps), opted in, answers approval cards and its message goes on; clients that did
+not opt in (ai 5 among them) are asked in words."""
 
 import asyncio
 from collections.abc import Iterator
@@ -19,7 +21,7 @@ from tests.node import require_node, run_node
 from tests.servers import ServerProcess
 
 VERSIONS = ["ai5", "ai6"]
-USERS = ["alice", "bob"]
+USERS = ["alice", "bob", "carol", "dana", "erin"]
 
 
 CLIENT = Path(__file__).resolve().parent.parent / "clients" / "typescript"
@@ -54,11 +56,13 @@ def without_key(
         yield server
 
 
-def run(server: ServerProcess, ops: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    tokens = {f"{user}-{v}": token_for(f"{user}-{v}") for user in USERS for v in VERSIONS}
+def run(
+    server: ServerProcess, ops: list[dict[str, Any]], *, versions: list[str] = VERSIONS
+) -> dict[str, dict[str, Any]]:
+    tokens = {f"{user}-{v}": token_for(f"{user}-{v}") for user in USERS for v in versions}
     stdin = {
         "baseUrl": server.url,
-        "versions": VERSIONS,
+        "versions": versions,
         "tokens": tokens,
         "ops": ops,
         "transportModule": str(CLIENT / "nextjs/lib/chat-transport.ts"),
@@ -274,3 +278,153 @@ async def test_a_client_that_hangs_up_mid_answer_does_not_stop_the_turn(
                 break
             await asyncio.sleep(0.1)
     assert [m["content"] for m in stored] == ["count", "one two three four five six"]
+
+
+# Approvals: the person's confirm setting (deletes, by default) holds every delete_todo.
+QUESTION = "Delete task 1 “Buy milk”? Reply yes to go ahead, or no to leave it."
+
+
+def add_task(server: ServerProcess, user: str, title: str) -> None:
+    headers = {"Authorization": f"Bearer {token_for(user)}"}
+    response = httpx.post(f"{server.url}/api/{user}/tasks", json={"title": title}, headers=headers)
+    assert response.status_code == 201, response.text
+
+
+def titles(server: ServerProcess, user: str) -> list[str]:
+    headers = {"Authorization": f"Bearer {token_for(user)}"}
+    response = httpx.get(f"{server.url}/api/{user}/tasks", headers=headers)
+    return [task["title"] for task in response.json()["data"]]
+
+
+def test_ai6_chat_answers_approval_cards_and_the_same_message_goes_on(
+    with_model: ServerProcess, fake_openai_server: FakeOpenAI
+) -> None:
+    model = fake_openai_server
+    model.clear()
+    # (Users no earlier test of this server used: its cache of known users outlives the
+    # tables, which each test empties.)
+    for user in ("dana-ai6", "erin-ai6"):
+        add_task(with_model, user, "Buy milk")
+    delete = tool_calls(call("delete_todo", {"todo_id": "1"}, id="call_del"))
+    model.script(delete, reply("Deleted it."), delete, reply("Kept it."))
+    ops: list[dict[str, Any]] = [
+        {"op": "approval", "name": "approve", "user": "dana", "chatId": "a1", "approved": True},
+        {
+            "op": "approval",
+            "name": "deny",
+            "user": "erin",
+            "chatId": "d1",
+            "approved": False,
+            "reason": "still needed",
+        },
+    ]
+    for op in ops:
+        op["text"] = "delete task 1"
+    r = run(with_model, ops, versions=["ai6"])["ai6"]
+    assert model.pending_steps == 0
+    assert titles(with_model, "dana-ai6") == []
+    assert titles(with_model, "erin-ai6") == ["Buy milk"]
+    for name, state, said in [
+        ("approve", "output-available", "Deleted it."),
+        ("deny", "output-denied", "Kept it."),
+    ]:
+        result = r[name]
+        assert (result["answered"], result["status"], result["error"]) == (
+            "finished",
+            "ready",
+            None,
+        ), name
+        # The card, as the first answer left it.
+        asked = result["asked"][-1]
+        [card] = tool_parts(asked)
+        assert (card["type"], card["state"], card["input"]) == (
+            "tool-delete_todo",
+            "approval-requested",
+            {"todo_id": "1"},
+        )
+        assert set(card["approval"]) == {"id"}
+        assert text_of(asked) == ""  # the card asks, not words
+        # What the Chat sent once the card was answered: the same body options, the
+        # conversation ending with that message, its part approval-responded.
+        first, second = result["exchanges"]
+        assert first["body"]["approvals"] == second["body"]["approvals"] == "ai-sdk"
+        assert (second["body"]["trigger"], second["body"]["messageId"]) == (
+            "submit-message",
+            asked["id"],
+        )
+        sent = second["body"]["messages"][-1]
+        assert (sent["id"], sent["role"]) == (asked["id"], "assistant")
+        [responded] = tool_parts(sent)
+        assert responded["state"] == "approval-responded"
+        assert responded["approval"]["approved"] is (name == "approve")
+        # The answer went on in that message: its start names it, and no second one came.
+        assert second["status"] == 200
+        assert second["chunks"][0] == {
+            "type": "start",
+            "messageId": asked["id"],
+            "messageMetadata": {"session_id": asked["metadata"]["session_id"]},
+        }
+        user, message = result["messages"]
+        assert (user["role"], message["id"]) == ("user", asked["id"])
+        [part] = tool_parts(message)
+        assert part["state"] == state
+        expected = {"id": card["approval"]["id"], "approved": name == "approve"}
+        assert part["approval"] == expected | ({"reason": "still needed"} if name == "deny" else {})
+        assert text_of(message) == said
+        # The history shows what the client has, waiting and answered, and ai 6 takes it.
+        assert result["waiting"]["validated"] is True
+        assert result["waiting"]["messages"][-1] == asked
+        assert result["history"]["validated"] is True
+        [stored_user, stored] = result["history"]["messages"]  # one answer, gone on
+        assert text_of(stored_user) == "delete task 1"
+        assert stored == message
+    [deleted] = tool_parts(r["approve"]["messages"][1])
+    assert deleted["output"]["status"] == "deleted"
+    assert "output" not in tool_parts(r["deny"]["messages"][1])[0]
+
+
+def test_clients_that_did_not_opt_in_are_asked_in_words_and_yes_deletes(
+    with_model: ServerProcess, fake_openai_server: FakeOpenAI
+) -> None:
+    model = fake_openai_server
+    model.clear()
+    for version in VERSIONS:
+        add_task(with_model, f"carol-{version}", "Buy milk")
+        model.script(
+            tool_calls(call("delete_todo", {"todo_id": "1"}, id="call_del")), reply("Deleted it.")
+        )
+    ops: list[dict[str, Any]] = [
+        {"op": "send", "name": "asked", "user": "carol", "chatId": "w1", "text": "delete task 1"},
+        {
+            "op": "send",
+            "name": "yes",
+            "user": "carol",
+            "chatId": "w1",
+            "text": "yes",
+            "after": "asked",
+        },
+        {"op": "history", "name": "history", "of": "yes"},
+    ]
+    results = run(with_model, ops)
+    assert model.pending_steps == 0
+    for version in VERSIONS:
+        r = results[version]
+        for name in ("asked", "yes"):
+            # ai 5.0.0 fails a stream with a chunk type it does not know: none came.
+            assert (r[name]["status"], r[name]["errors"]) == (200, []), (version, name)
+            types = {chunk["type"] for chunk in r[name]["chunks"]}
+            assert not types & {"tool-approval-request", "tool-output-denied"}, version
+        asked = r["asked"]["message"]
+        assert tool_parts(asked) == []  # the held call is the question, not a part
+        assert text_of(asked) == QUESTION
+        [deleted] = tool_parts(r["yes"]["message"])
+        assert (deleted["type"], deleted["state"]) == ("tool-delete_todo", "output-available")
+        assert deleted["output"]["status"] == "deleted"
+        assert text_of(r["yes"]["message"]) == "Deleted it."
+        assert titles(with_model, f"carol-{version}") == []
+        # The history is AI SDK 6's view of the same turns: the held call as a part of the
+        # answer that held it, answered.
+        assert r["history"]["validated"] is True or version == "ai5"
+        [_, held, _, _] = r["history"]["messages"]
+        [part] = tool_parts(held)
+        assert (part["state"], part["approval"]["approved"]) == ("output-available", True)

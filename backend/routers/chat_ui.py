@@ -14,8 +14,8 @@ from backend.services.idempotency import check_key
 router = APIRouter(prefix="/api/{user_id}/chat/ui", tags=["chat"], responses=API_ERRORS)
 _STREAM = {
     "description": "The AI SDK UI message stream (v1): `data: {chunk}` server-sent events "
-    "(start, start-step, text-*, tool-input-available, tool-output-*, finish-step, finish "
-    "or error), then `data: [DONE]`.",
+    "(start, start-step, text-*, tool-input-available, tool-approval-request (with "
+    "`approvals: ai-sdk`), tool-output-*, finish-step, finish or error), then `data: [DONE]`.",
     "content": {"text/event-stream": {}},
 }
 
@@ -33,7 +33,7 @@ async def chat_ui(
     request: UIChatRequest,
     idempotency_key: IdempotencyKey = None,
 ) -> StreamingResponse:
-    """Answer the last user message of an AI SDK `useChat` chat, streamed as UI chunks."""
+    """Answer the last message of an AI SDK `useChat` chat, streamed as UI chunks."""
     stream = await ui_stream.start_chat(
         agent=agent,
         database=context.database,
@@ -59,5 +59,5 @@ async def resume_chat_ui(
     stream = context.ui_streams.running(owner=user.user_id, chat_id=chat_id)
     if stream is None:
         return Response(status_code=204)
-    keepalive_s = context.settings.chat_stream_keepalive_s
-    return StreamingResponse(stream.frames(keepalive_s=keepalive_s), headers=ui_stream.HEADERS)
+    frames = stream.frames(keepalive_s=context.settings.chat_stream_keepalive_s, resumed=True)
+    return StreamingResponse(frames, headers=ui_stream.HEADERS)

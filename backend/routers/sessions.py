@@ -52,10 +52,9 @@ async def list_messages(
 ) -> MessagesPublic | list[UIMessagePublic]:
     """The latest messages in chronological order; `next_cursor` pages to older ones."""
     if message_format == "ui":
-        rows, _ = await sessions.latest_messages(
+        return await ui_stream.history(
             db=db, owner=user.user_id, session_id=session_id, limit=limit, cursor=cursor
         )
-        return ui_stream.to_ui_messages(rows, session_id=session_id)
     return await sessions.list_messages(
         db=db, owner=user.user_id, session_id=session_id, limit=limit, cursor=cursor
     )

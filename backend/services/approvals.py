@@ -7,7 +7,8 @@ check    an answer that names an unknown, answered, expired or other session's a
          409, another user's 404 (before anything of the request is stored);
 take     the answer: one conditional UPDATE ... WHERE state = 'pending' RETURNING, so two
          answers at once, a replay or a late one find nothing to take and run nothing;
-settle   the call's result (or `denied`) replaces the placeholder in the turn's record.
+settle   the call's result (or `denied`) replaces the placeholder in the turn's record;
+held_calls  what the person was asked about and the call as stored (for the history).
 
 Which calls are held, and how a plain message answers, is decided here too.
 """
@@ -15,7 +16,7 @@ Which calls are held, and how a plain message answers, is decided here too.
 import re
 import secrets
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from backend.errors import ApprovalNotFound, ApprovalNotPending
 from backend.models.approval import ApprovalAnswer, PendingApproval
 
-PENDING = "pending_approval"
+# The `status` of a held call's result: until it is answered, and when it was not run.
+PENDING, DENIED, EXPIRED = "pending_approval", "denied", "expired"
 
 _HOLD = text(
     """
@@ -42,6 +44,9 @@ _LOOK_UP = text(
 )
 # Whose an approval is that the acting user cannot see (row-level security hides others').
 _OWNER = text("SELECT todo_approval_owner(:id)")
+_HELD_CALLS = text(
+    "SELECT id, summary, arguments FROM approvals WHERE id = ANY(:ids) AND user_id = :owner"
+)
 _TAKE = text(
     """
     UPDATE approvals SET state = :state, reason = :reason, answered_at = now()
@@ -192,10 +197,28 @@ async def settle(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class HeldCall:
+    """What the person was asked about a held call, and the call as it was stored."""
+
+    summary: str
+    arguments: dict[str, Any]
+
+
+async def held_calls(
+    db: AsyncConnection, *, owner: str, ids: Collection[str]
+) -> dict[str, HeldCall]:
+    """The held calls of these approval ids (answered or not), by approval id."""
+    if not ids:
+        return {}
+    rows = (await db.execute(_HELD_CALLS, {"ids": list(ids), "owner": owner})).all()
+    return {row.id: HeldCall(row.summary, dict(row.arguments)) for row in rows}
+
+
 def denied(reason: str | None) -> dict[str, Any]:
     """What the agent is told of a call the person said no to."""
     return {
-        "status": "denied",
+        "status": DENIED,
         "reason": reason or "The person said no.",
         "note": "Nothing was changed. Do not try this again unless the person asks for it.",
     }
@@ -203,7 +226,7 @@ def denied(reason: str | None) -> dict[str, Any]:
 
 def expired() -> dict[str, Any]:
     return {
-        "status": "expired",
+        "status": EXPIRED,
         "note": "The person did not answer in time; nothing was changed. Ask again if needed.",
     }
 

@@ -35,13 +35,19 @@ class Replay:
     body: dict[str, Any]
 
     def events(self) -> list[tuple[str, dict[str, Any]]]:
-        """A stored chat answer, told again as the events of a streamed turn."""
+        """A stored chat answer, told again as the events of a streamed turn: each call
+        with its result, or the approval request of a call held for the person's yes."""
         answer = self.body
         events: list[tuple[str, dict[str, Any]]] = [
             ("session", {"session_id": answer["session_id"], "replayed": True})
         ]
-        for call, result in zip(answer["tool_calls"], answer["tool_results"], strict=False):
-            events += [("tool_call", call), ("tool_result", result)]
+        results = {result["tool_call_id"]: result for result in answer["tool_results"]}
+        held = {pending["tool_call_id"]: pending for pending in answer.get("pending_approvals", ())}
+        for call in answer["tool_calls"]:
+            if (result := results.get(call["id"])) is not None:
+                events += [("tool_call", call), ("tool_result", result)]
+            elif (pending := held.get(call["id"])) is not None:
+                events.append(("approval_request", pending))
         return [*events, ("delta", {"text": answer["response"]}), ("done", answer)]
 
 

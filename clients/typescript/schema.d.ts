@@ -115,7 +115,7 @@ export interface paths {
         put?: never;
         /**
          * Chat Ui
-         * @description Answer the last user message of an AI SDK `useChat` chat, streamed as UI chunks.
+         * @description Answer the last message of an AI SDK `useChat` chat, streamed as UI chunks.
          */
         post: operations["chatUi"];
         delete?: never;
@@ -1463,8 +1463,8 @@ export interface components {
         };
         /**
          * UIChatRequest
-         * @description What `useChat`'s DefaultChatTransport posts, plus our `timezone`; other fields a
-         *     frontend adds to the body are ignored.
+         * @description What `useChat`'s DefaultChatTransport posts, plus our `timezone` and `approvals`;
+         *     other fields a frontend adds to the body are ignored.
          */
         UIChatRequest: {
             /**
@@ -1487,6 +1487,11 @@ export interface components {
              * @description IANA name, e.g. Europe/Berlin; remembered for the user.
              */
             timezone?: string | null;
+            /**
+             * Approvals
+             * @description `ai-sdk`: this client speaks the AI SDK 6 tool-approval protocol. A call that waits for the person's yes streams as a tool part with `tool-approval-request` (instead of a question in words), and the next request may end with that assistant message, its tool parts in state `approval-responded`: the turn goes on in the same message (`tool-output-available` or `tool-output-denied`, then the answer). Leave it out for `ai` 5, which rejects chunk types it does not know.
+             */
+            approvals?: "ai-sdk" | null;
         };
         /** UIMessageIn */
         UIMessageIn: {
@@ -1516,7 +1521,7 @@ export interface components {
             role: "user" | "assistant";
             /**
              * Parts
-             * @description `text`, `step-start`, and `tool-<name>` parts (state `output-available` with `input` and `output`, or `output-error` with `errorText`), as streamed.
+             * @description `text`, `step-start`, and `tool-<name>` parts (state `output-available` with `input` and `output`, or `output-error` with `errorText`), as streamed. A call held for the person's yes is in state `approval-requested` (`approval: {id}`) until answered, then `output-available` or `output-error` (`approval: {id, approved: true, reason?}`) or `output-denied` (`approval: {id, approved: false, reason?}`); one that expired unanswered is `output-error`. These are AI SDK 6 states.
              */
             parts: {
                 [key: string]: unknown;
@@ -1988,7 +1993,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The AI SDK UI message stream (v1): `data: {chunk}` server-sent events (start, start-step, text-*, tool-input-available, tool-output-*, finish-step, finish or error), then `data: [DONE]`. */
+            /** @description The AI SDK UI message stream (v1): `data: {chunk}` server-sent events (start, start-step, text-*, tool-input-available, tool-approval-request (with `approvals: ai-sdk`), tool-output-*, finish-step, finish or error), then `data: [DONE]`. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2098,7 +2103,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The AI SDK UI message stream (v1): `data: {chunk}` server-sent events (start, start-step, text-*, tool-input-available, tool-output-*, finish-step, finish or error), then `data: [DONE]`. */
+            /** @description The AI SDK UI message stream (v1): `data: {chunk}` server-sent events (start, start-step, text-*, tool-input-available, tool-approval-request (with `approvals: ai-sdk`), tool-output-*, finish-step, finish or error), then `data: [DONE]`. */
             200: {
                 headers: {
                     [name: string]: unknown;

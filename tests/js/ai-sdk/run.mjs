@@ -10,10 +10,17 @@
 //   {"op": "regenerate", "name", "of", "chatId"?}  answer op `of`'s user message again
 //   {"op": "history", "name", "of", "user"?}  GET op `of`'s session ?format=ui
 //   {"op": "resume", "name", "user", "chatId"} useChat({resume: true})'s request
+//   {"op": "approval", "name", "user", "chatId", "text", "approved", "reason"?}  (ai 6) the
+//       Chat class that useChat wraps, opted in to approval cards (`body: {approvals:
+//       "ai-sdk"}`) and sending by itself once every card is answered
+//       (lastAssistantMessageIsCompleteWithApprovalResponses): sends `text`, answers the
+//       card with addToolApprovalResponse, and reads the history before and after
 // stdout: {version: {name: result}}, each send a {status, chunks, message, errors} where
 // `chunks` passed the package's own chunk schema (DefaultChatTransport validates them; the
 // transport is docs/nextjs.md's, so it sends only the newest message, as that guide says) and
-// `message` is what readUIMessageStream assembled from them.
+// `message` is what readUIMessageStream assembled from them; an approval a {asked, messages,
+// status, error, exchanges: [{body, chunks}], waiting, history} (the histories with
+// `validated`: what ai 6's validateUIMessages said of them).
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import * as ai5 from "ai5";
@@ -45,14 +52,29 @@ async function docsTransport(input, version) {
   return (await import(file.href)).chatTransport;
 }
 
-// Every response's status, for the requests the transport makes with the global fetch.
+// Every response's status, for the requests the transport makes with the global fetch; and,
+// while `exchanges` is an array, each request's body and the chunks of its response.
 const statuses = [];
+let exchanges = null;
 const realFetch = globalThis.fetch;
 globalThis.fetch = async (url, init) => {
   const response = await realFetch(url, init);
   statuses.push(response.status);
+  if (exchanges !== null && init?.method === "POST") {
+    const body = JSON.parse(init.body);
+    const { status } = response;
+    const text = response.clone().text();
+    exchanges.push(text.then((sse) => ({ body, status, chunks: sseChunks(sse) })));
+  }
   return response;
 };
+
+function sseChunks(text) {
+  return text
+    .split("\n\n")
+    .filter((frame) => frame.startsWith("data: ") && frame !== "data: [DONE]")
+    .map((frame) => JSON.parse(frame.slice("data: ".length)));
+}
 
 function transportFor(chatTransport, input, user, pathUser = user) {
   const token = async () => input.tokens[user] ?? "not-a-jwt";
@@ -104,6 +126,109 @@ async function send(sdk, input, { user, chatId, messages, trigger, messageId, pa
   }
 }
 
+// useChat's Chat without React: ai's AbstractChat (where the protocol lives) over a plain
+// state, as @ai-sdk/react's ReactChatState keeps it (a message is snapshotted part by part).
+class ChatState {
+  constructor() {
+    this.status = "ready";
+    this.error = undefined;
+    this.messages = [];
+  }
+  pushMessage = (message) => {
+    this.messages = this.messages.concat(message);
+  };
+  popMessage = () => {
+    this.messages = this.messages.slice(0, -1);
+  };
+  replaceMessage = (index, message) => {
+    this.messages = [
+      ...this.messages.slice(0, index),
+      this.snapshot(message),
+      ...this.messages.slice(index + 1),
+    ];
+  };
+  snapshot = (value) =>
+    value != null && typeof value === "object" && Array.isArray(value.parts)
+      ? { ...value, parts: value.parts.map((part) => ({ ...part })) }
+      : value;
+}
+
+// A plain copy of the messages as the app would render or store them.
+const plain = (value) => JSON.parse(JSON.stringify(value));
+
+async function uiHistory(ai, input, user, sessionId) {
+  const response = await fetch(
+    `${input.baseUrl}/api/${user}/sessions/${sessionId}/messages?format=ui`,
+    { headers: { Authorization: `Bearer ${input.tokens[user]}` } },
+  );
+  if (response.status !== 200) return { status: response.status };
+  const messages = await response.json();
+  const validated = ai.validateUIMessages
+    ? await ai.validateUIMessages({ messages }).then(() => true, (e) => String(e))
+    : "not in this version";
+  return { status: 200, messages, validated };
+}
+
+async function approval(ai, input, op, user, chatId) {
+  let finished = () => {};
+  const chat = new (class extends ai.AbstractChat {
+    constructor(init) {
+      super({ ...init, state: new ChatState() });
+    }
+  })({
+    id: chatId,
+    transport: new ai.DefaultChatTransport({
+      api: `${input.baseUrl}/api/${user}/chat/ui`,
+      headers: { Authorization: `Bearer ${input.tokens[user]}` },
+      body: { approvals: "ai-sdk", timezone: "Europe/Berlin" },
+    }),
+    sendAutomaticallyWhen: ai.lastAssistantMessageIsCompleteWithApprovalResponses,
+    onFinish: (outcome) => finished(outcome),
+  });
+  // The outcome of the Chat's next request (onFinish), or after 15 s that none came.
+  const nextFinish = () => {
+    const done = new Promise((resolve) => (finished = resolve));
+    const late = new Promise((resolve) => {
+      setTimeout(resolve, 15000, "no request finished").unref();
+    });
+    return Promise.race([done, late]);
+  };
+  exchanges = [];
+  const first = nextFinish();
+  await chat.sendMessage({ text: op.text });
+  await first;
+  const asked = plain(chat.messages);
+  const card = asked
+    .at(-1)
+    .parts.find((part) => ai.isToolUIPart(part) && part.state === "approval-requested");
+  const sessionId = asked.at(-1).metadata?.session_id;
+  const waiting = await uiHistory(ai, input, user, sessionId);
+  let answered = "no card to answer";
+  if (card) {
+    const second = nextFinish();
+    await chat.addToolApprovalResponse({
+      id: card.approval.id,
+      approved: op.approved,
+      ...(op.reason === undefined ? {} : { reason: op.reason }),
+    });
+    const outcome = await second;
+    if (typeof outcome === "string") answered = outcome;
+    else answered = outcome.isError ? `error: ${chat.error}` : "finished";
+  }
+  const recorded = await Promise.all(exchanges);
+  exchanges = null;
+  return {
+    asked,
+    answered,
+    messages: plain(chat.messages),
+    status: chat.status,
+    error: chat.error === undefined ? null : String(chat.error),
+    exchanges: recorded,
+    waiting,
+    history: await uiHistory(ai, input, user, sessionId),
+  };
+}
+
 function userMessage(text) {
   const id = `u-${Math.random().toString(36).slice(2)}`;
   return { id, role: "user", parts: [{ type: "text", text }] };
@@ -145,15 +270,10 @@ async function runOp(sdk, input, op, version, done) {
     case "history": {
       const earlier = done[op.of];
       const user = op.user === undefined ? earlier.user : own(op.user);
-      const sessionId = earlier.message.metadata.session_id;
-      const response = await fetch(
-        `${input.baseUrl}/api/${user}/sessions/${sessionId}/messages?format=ui`,
-        { headers: { Authorization: `Bearer ${input.tokens[user]}` } },
-      );
-      if (response.status !== 200) return { status: response.status };
-      const messages = await response.json();
+      const history = await uiHistory(ai, input, user, earlier.message.metadata.session_id);
+      if (history.status !== 200) return history;
       // A stored answer taken up by readUIMessageStream as the message a stream continues.
-      const last = messages[messages.length - 1];
+      const last = history.messages[history.messages.length - 1];
       let reloaded = null;
       for await (const update of ai.readUIMessageStream({
         message: last,
@@ -167,11 +287,10 @@ async function runOp(sdk, input, op, version, done) {
       })) {
         reloaded = update;
       }
-      const validated = ai.validateUIMessages
-        ? await ai.validateUIMessages({ messages }).then(() => true, (e) => String(e))
-        : "not in this version";
-      return { status: 200, messages, reloaded, validated };
+      return { ...history, reloaded };
     }
+    case "approval":
+      return approval(ai, input, op, own(op.user), own(op.chatId));
     case "resume": {
       const transport = transportFor(sdk.chatTransport, input, own(op.user));
       statuses.length = 0;

@@ -832,3 +832,68 @@ async def test_undo_on_the_last_turn_brings_back_a_deleted_task(
     await expect(page.locator("#notices")).to_contain_text("has changed since")
     await expect(undo).to_be_visible()
     assert (await person.api("GET", "/tasks/3")).json()["completed"] is True
+
+
+async def test_the_trash_view_restores_deletes_forever_and_empties(person: Person) -> None:
+    page = person.page
+    for title in ("Call mom", "Pay bills", "Buy <b>milk</b>", "Walk the dog"):
+        assert (await person.api("POST", "/tasks", json={"title": title})).status_code == 201
+    for number in (1, 2, 3):
+        assert (await person.api("DELETE", f"/tasks/{number}")).status_code == 204
+    await page.get_by_label("Show").select_option("Trash")
+    trashed = page.locator("#task-list > li.task")
+    await expect(trashed.locator(".title")).to_have_text(
+        ["Buy <b>milk</b>", "Pay bills", "Call mom"]
+    )
+    await expect(trashed.first.locator(".deleted")).to_contain_text("Deleted")
+    await person.shot("trash")
+
+    await page.get_by_role("button", name="Restore task 2: Pay bills").click()
+    await expect(trashed.locator(".title")).to_have_text(["Buy <b>milk</b>", "Call mom"])
+    await expect(page.get_by_role("button", name="Restore task 1: Call mom")).to_be_focused()
+    assert (await person.api("GET", "/tasks/2")).json()["title"] == "Pay bills"
+
+    dialogs: list[str] = []
+
+    async def accept(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        await dialog.accept()
+
+    page.on("dialog", accept)
+    await page.get_by_role("button", name="Delete task 3 forever: Buy <b>milk</b>").click()
+    await expect(trashed.locator(".title")).to_have_text(["Call mom"])
+    assert "for good" in dialogs[-1]
+    restore = await person.api("POST", "/tasks/3/restore")
+    assert restore.status_code == 404  # gone for good
+
+    # A deletion elsewhere shows up in the open trash (live), then it is emptied.
+    assert (await person.api("DELETE", "/tasks/4")).status_code == 204
+    await expect(trashed.locator(".title")).to_have_text(["Walk the dog", "Call mom"])
+    await page.get_by_role("button", name="Empty trash").click()
+    await expect(page.locator("#task-list")).to_contain_text("The trash is empty.")
+    assert "Empty the trash? Its 2 tasks" in dialogs[-1]
+    assert (await person.api("GET", "/trash")).json()["data"] == []
+
+    await page.get_by_label("Show").select_option("All")
+    await expect(page.locator("#task-list .title")).to_have_text(["Pay bills"])
+    await expect(page.get_by_role("button", name="Empty trash")).to_be_hidden()
+
+
+async def test_the_settings_choose_what_the_assistant_asks_about(
+    person: Person, model: FakeOpenAI
+) -> None:
+    page = person.page
+    await page.get_by_role("button", name="Settings").click()
+    dialog = page.get_by_role("dialog", name="Settings")
+    await expect(dialog.get_by_label("Before deleting (default)")).to_be_checked()
+    await dialog.get_by_label("Before any change").check()
+    await dialog.get_by_role("button", name="Save").click()
+    await expect(dialog.get_by_role("status")).to_have_text("Saved.")
+    await page.keyboard.press("Escape")
+    assert (await person.api("GET", "/settings")).json()["confirm"] == "changes"
+
+    model.default = error(500)
+    await person.send("add a task to buy bread")
+    card = page.get_by_role("group", name="Waiting for you: Add task “Buy bread”")
+    await card.get_by_role("button", name="Approve").click()
+    await expect(page.locator("#task-list .title")).to_have_text(["Buy bread"])

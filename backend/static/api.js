@@ -165,8 +165,25 @@ export class Api {
   completeTask(id, completed) {
     return this.json(`/tasks/${id}/complete`, { method: "PATCH", body: { completed } });
   }
+  /** To the trash: it can be restored until it is purged. */
   deleteTask(id) {
     return this.json(`/tasks/${id}`, { method: "DELETE" });
+  }
+
+  /** The trash, most recently deleted first: {data: [task + deleted_at], next_cursor}. */
+  trash(cursor) {
+    const page = cursor ? `&cursor=${encodeURIComponent(cursor)}` : "";
+    return this.json(`/trash?limit=100${page}`);
+  }
+  restoreTask(id) {
+    return this.json(`/tasks/${id}/restore`, { method: "POST" });
+  }
+  /** Deleted for good (a task in the trash only). */
+  purgeTask(id) {
+    return this.json(`/trash/${id}`, { method: "DELETE" });
+  }
+  emptyTrash() {
+    return this.json("/trash", { method: "DELETE" });
   }
 
   settings() {

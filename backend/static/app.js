@@ -640,18 +640,71 @@ let tasksRequest = 0;
 async function refreshTasks() {
   if (!state.api) return;
   const ticket = ++tasksRequest; // only the latest answer is drawn
+  const filter = $("#task-filter").value;
+  const trash = filter === "trash";
+  $("#trash-head").hidden = !trash;
+  $("#tasks-name").textContent = trash ? "Trash" : "Tasks";
   try {
-    const page = await state.api.tasks($("#task-filter").value);
+    const page = trash ? await state.api.trash() : await state.api.tasks(filter);
     if (ticket !== tasksRequest) return;
     const list = $("#task-list");
     keepFocus(list); // a redraw from elsewhere (the event stream) keeps the keyboard's place
-    list.replaceChildren(...page.data.map((task) => taskItem(task)));
-    if (!page.data.length) list.append(el("li", { className: "empty", text: "No tasks here yet." }));
-    $("#task-count").textContent = `(${page.count})`;
+    list.replaceChildren(...page.data.map((task) => (trash ? trashItem(task) : taskItem(task))));
+    if (!page.data.length) {
+      list.append(el("li", { className: "empty", text: trash ? "The trash is empty." : "No tasks here yet." }));
+    }
+    // The trash has pages, not a count: "(100+)" when there are more.
+    $("#task-count").textContent = trash ? `(${page.data.length}${page.next_cursor ? "+" : ""})` : `(${page.count})`;
+    $("#empty-trash").disabled = trash && !page.data.length;
     focusPending(list);
+    if (state.refocus === "#task-filter") {
+      $("#task-filter").focus(); // the last one went: the keyboard lands on the list's heading
+      state.refocus = null;
+    }
   } catch (error) {
     showError(error);
   }
+}
+
+/** A task in the trash: when it went, and Restore or Delete forever. */
+function trashItem(task) {
+  const item = el("li", { className: "task trashed", attrs: { "data-id": task.id } });
+  const restore = el("button", {
+    text: "Restore",
+    attrs: { type: "button", "aria-label": `Restore task ${task.number}: ${task.title}`, "data-focus": `${task.id}:restore` },
+  });
+  restore.addEventListener("click", () => trashChange(item, () => state.api.restoreTask(task.id)));
+  const purge = el("button", {
+    className: "danger",
+    text: "Delete forever",
+    attrs: { type: "button", "aria-label": `Delete task ${task.number} forever: ${task.title}`, "data-focus": `${task.id}:purge` },
+  });
+  purge.addEventListener("click", () => {
+    if (!confirm(`Delete task ${task.number} “${task.title}” for good? It cannot be restored.`)) return;
+    trashChange(item, () => state.api.purgeTask(task.id));
+  });
+  const meta = el("div", { className: "meta" }, [
+    el("span", { className: "deleted", text: `Deleted ${dateTime.format(new Date(task.deleted_at))}` }),
+  ]);
+  if (task.steps_total) meta.append(el("span", { className: "progress", text: `with ${task.steps_total} steps` }));
+  const title = el("div", {}, [el("span", { className: "number", text: `${task.number}` }), el("span", { className: "title", text: task.title })]);
+  item.append(el("div", { className: "row" }, [el("div", { className: "body" }, [title, meta])]), el("div", { className: "actions" }, [restore, purge]));
+  return item;
+}
+
+/** Restore or purge one: the keyboard goes on to the next task in the trash. */
+function trashChange(item, change) {
+  const next = item.nextElementSibling ?? item.previousElementSibling;
+  state.refocus = next?.dataset.id ? `[data-focus="${CSS.escape(`${next.dataset.id}:restore`)}"]` : "#task-filter";
+  changeTask(change);
+}
+
+async function emptyTrash() {
+  const count = $("#task-list").querySelectorAll(".trashed").length;
+  const more = $("#task-count").textContent.includes("+") ? " and more" : "";
+  if (!confirm(`Empty the trash? Its ${count}${more} tasks are deleted for good and cannot be restored.`)) return;
+  await changeTask(() => state.api.emptyTrash());
+  $("#task-filter").focus(); // the button is disabled now: nothing left to empty
 }
 
 async function changeTask(change) {
@@ -957,6 +1010,7 @@ const SETTINGS_LABELS = {
   timezone: "Timezone",
   instructions: "Instructions",
   model: "Model",
+  confirm: "Ask before",
 };
 
 function countInstructions() {
@@ -1051,6 +1105,7 @@ async function openSettings() {
     const models = current.models.includes(current.model) ? current.models : [current.model, ...current.models];
     $("#set-model").replaceChildren(...models.map((name) => el("option", { text: name, attrs: { value: name } })));
     $("#set-model").value = current.model;
+    for (const choice of document.querySelectorAll('input[name="confirm"]')) choice.checked = choice.value === current.confirm;
     countInstructions();
   } catch (error) {
     showError(error);
@@ -1075,6 +1130,7 @@ async function onSettingsSubmit(event) {
       timezone: $("#set-timezone").value.trim(),
       instructions: text("#set-instructions"),
       model: $("#set-model").value,
+      confirm: document.querySelector('input[name="confirm"]:checked')?.value,
     });
     $("#settings-status").textContent = "Saved.";
     $("#who-name").textContent = saved.display_name ?? state.user.name;
@@ -1131,6 +1187,7 @@ function start() {
   });
   $("#more-sessions").addEventListener("click", () => refreshSessions(true));
   $("#task-filter").addEventListener("change", refreshTasks);
+  $("#empty-trash").addEventListener("click", emptyTrash);
   for (const button of document.querySelectorAll("[data-show]")) {
     button.addEventListener("click", () => showView(button.dataset.show));
   }

@@ -7,6 +7,10 @@ secret is known on this machine (JWT_SECRET, or the development secret in the da
 for the same user the web page's name sign-in gives (`--user alice` is the user `alice`).
 Reads lines from a terminal (with editing and history) or from a pipe. While it is open, a
 background thread follows the user's events and prints reminders as they fire.
+
+A tool call held for the person's yes is asked about at a terminal (`Delete task 3 “Buy
+milk”? [y/N] `) and the answers go back as the next request. From a pipe there is no one to
+ask: the question is printed, and the next line (or, after `-m`, the next run) answers it.
 """
 
 import argparse
@@ -34,7 +38,8 @@ from backend.settings import ConfigError, Settings
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 HELP = (
-    "/tasks  your tasks · /sessions  past chats · /open ID  continue one · /settings · /new · /quit"
+    "/tasks  your tasks · /trash  deleted ones · /restore N · /undo  take back the last change"
+    " · /sessions  past chats · /open ID  continue one · /settings · /new · /quit"
 )
 Event = Callable[[str, dict[str, Any]], None]
 # Longer than the service's keep-alive interval (15 s): a silent stream is a dead one.
@@ -45,6 +50,10 @@ RECONNECT_FIRST_S, RECONNECT_MAX_S = 0.5, 5.0
 
 class ChatError(Exception):
     """Something the person should be told in plain words; the chat goes on."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status  # the HTTP status, when the service answered
 
 
 @dataclass
@@ -113,14 +122,15 @@ def _problem(response: httpx.Response) -> ChatError:
     message = {
         401: "Your token is not valid or has expired; get a new one.",
         403: "This token belongs to another user.",
-        409: "This chat is still busy with another message; wait for it, then send again.",
         429: "You are sending messages too quickly." + later,
         503: "The service is temporarily unavailable." + later,
     }.get(response.status_code)
+    if response.status_code == 409:  # the service says which: a busy chat, nothing to undo...
+        message = detail if isinstance(detail, str) else "This chat is busy; try again soon."
     if message is None:
         text = detail if isinstance(detail, str) else json.dumps(detail)
         message = f"The service answered {response.status_code}: {text}"
-    return ChatError(message)
+    return ChatError(message, response.status_code)
 
 
 def _events(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any], str | None]]:
@@ -159,8 +169,19 @@ class Service:
             raise _problem(response)
         return None if response.status_code == 204 else response.json()
 
-    def chat(self, message: str, session_id: str | None, on_event: Event) -> dict[str, Any]:
-        body = {"message": message, "session_id": session_id, "timezone": local_timezone()}
+    def chat(
+        self,
+        message: str | None,
+        session_id: str | None,
+        on_event: Event,
+        approvals: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """One turn, streamed: `message`, and/or `approvals` answering held calls."""
+        body: dict[str, Any] = {"session_id": session_id, "timezone": local_timezone()}
+        if message is not None:
+            body["message"] = message
+        if approvals:
+            body["approvals"] = approvals
         try:
             with self.http.stream("POST", f"{self.root}/chat/stream", json=body) as response:
                 if response.is_error:
@@ -194,6 +215,20 @@ class Service:
             on_open()
             yield from _events(response.iter_lines())
 
+    def undo(self, session_id: str) -> dict[str, Any]:
+        """Take back the session's latest turn that changed tasks (409: why not)."""
+        result: dict[str, Any] = self._send("POST", f"/sessions/{session_id}/undo")
+        return result
+
+    def trash(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._send("GET", "/trash", params={"limit": 100})
+        return result
+
+    def restore(self, ref: str) -> dict[str, Any]:
+        """A task out of the trash, by number or id."""
+        result: dict[str, Any] = self._send("POST", f"/tasks/{ref}/restore")
+        return result
+
     def tasks(self) -> dict[str, Any]:
         params = {"limit": 100, "top_level": "true"}
         result: dict[str, Any] = self._send("GET", "/tasks", params=params)
@@ -226,12 +261,24 @@ def activity(call: dict[str, Any], result: dict[str, Any] | None) -> str:
         "updated": "Updated",
         "completed": "Completed",
         "reopened": "Reopened",
+        "restored": "Restored",
     }
     status = outcome.get("status")
+    held = call.get("summary") or call.get("name")  # a held call, as it was asked about
     if status in done:
         return f"{done[status]} task {todo.get('number')}: {todo.get('title')}"
     if status == "deleted":
         return f"Deleted task {outcome.get('number')}: {outcome.get('title')}"
+    if status == "purged" and "count" in outcome:
+        return f"Emptied the trash ({outcome['count']})"
+    if status == "purged":
+        return f"Deleted task {outcome.get('number')}: {outcome.get('title')} for good"
+    if status == "undone":
+        return str(outcome.get("summary"))
+    if status == "denied":
+        return f"Not done (you said no): {held}"
+    if status == "expired":
+        return f"Not done (not answered in time): {held}"
     if status == "error":
         return f"{call.get('name')} failed: {outcome.get('error')}"
     if "todos" in outcome:
@@ -254,6 +301,9 @@ class Chat:
         self.info = info  # everything around them
         # Held while a command runs: a reminder waits for the answer's end, never cuts it.
         self.lock = threading.Lock()
+        # Calls the last answer held for the person's yes: {"id", "summary", ...}.
+        self.pending: list[dict[str, Any]] = []
+        self.asked: dict[str, str] = {}  # approval id -> its summary, for the answer's turn
 
     def notify(self, text: Text) -> None:
         """Print something that happened meanwhile (from another thread)."""
@@ -261,29 +311,83 @@ class Chat:
             self.info.print(text)
 
     def send(self, message: str) -> None:
+        self._turn(message, None)
+
+    def answer(self, answers: list[tuple[dict[str, Any], bool]]) -> None:
+        """Send the person's yes (True) or no to each held call; print the continuation."""
+        approvals = [{"id": held["id"], "approved": yes} for held, yes in answers]
+        self.pending = []
+        self._turn(None, approvals)
+
+    def _turn(self, message: str | None, approvals: list[dict[str, Any]] | None) -> None:
         calls: dict[str, dict[str, Any]] = {}
         answering = False
 
-        def show(event: str, data: dict[str, Any]) -> None:
+        def say(text: str) -> None:
             nonlocal answering
+            if not answering and self.out is self.info:  # a one-shot answer is bare
+                self.out.print(Text("agent> ", style="bold"), end="")
+            answering = True
+            self.out.print(text, end="", markup=False)
+            self.out.file.flush()
+
+        def show(event: str, data: dict[str, Any]) -> None:
             if event == "session":
                 self.session_id = data["session_id"]
             elif event == "delta":
-                if not answering and self.out is self.info:  # a one-shot answer is bare
-                    self.out.print(Text("agent> ", style="bold"), end="")
-                answering = True
-                self.out.print(data["text"], end="", markup=False)
-                self.out.file.flush()
+                say(data["text"])
             elif event == "tool_call":
-                calls[data["id"]] = data
+                calls[data["id"]] = {**data, "summary": self.asked.get(data.get("approval_id", ""))}
             elif event == "tool_result":
                 call = calls.get(data["tool_call_id"], {"name": data.get("name")})
                 self.info.print(Text(f"  ⚙ {activity(call, data)}", style="dim"))
 
-        answer = self.service.chat(message, self.session_id, show)
+        self.pending = []
+        answer = self.service.chat(message, self.session_id, show, approvals)
+        if not answering and answer["response"]:
+            # Not streamed: the stub's continuation of an answered call comes in `done` only.
+            say(answer["response"])
         self.out.print(markup=False)
         if answer["using_stub"]:
             self.info.print(Text("  (answered by the rule-based stub, not a model)", style="dim"))
+        self.hold(answer.get("pending_approvals") or [])
+
+    def hold(self, pending: list[dict[str, Any]]) -> None:
+        """Calls waiting for the person's yes; the caller asks, or says how to answer."""
+        self.pending = pending
+        self.asked.update((held["id"], held["summary"]) for held in pending)
+
+    def undo(self) -> None:
+        if self.session_id is None:
+            self.info.print("Nothing to undo: this chat has not changed anything yet.")
+            return
+        try:
+            undone = self.service.undo(self.session_id)
+        except ChatError as refused:
+            if refused.status != 409:
+                raise
+            self.info.print(Text(str(refused)))  # why not: nothing left, or a task changed since
+            return
+        self.info.print(Text(undone["summary"]))
+
+    def show_trash(self) -> None:
+        page = self.service.trash()
+        if not page["data"]:
+            self.info.print("The trash is empty.")
+            return
+        more = " (the latest 100)" if page["next_cursor"] else ""
+        table = Table(
+            "#", "task", "steps", "deleted", title=f"the trash{more}: /restore N brings one back"
+        )
+        for task in page["data"]:
+            steps = str(task["steps_total"] or "")
+            deleted = _local(task["deleted_at"])
+            table.add_row(str(task["number"]), Text(task["title"]), steps, deleted)
+        self.info.print(table)
+
+    def restore(self, ref: str) -> None:
+        task = self.service.restore(ref.removeprefix("#"))
+        self.info.print(Text(f"Restored task {task['number']}: {task['title']}"))
 
     def show_tasks(self) -> None:
         page = self.service.tasks()
@@ -357,6 +461,15 @@ class Chat:
         for message in page["data"]:
             who = "you" if message["role"] == "user" else "agent"
             self.info.print(Text.assemble((f"{who}> ", "bold"), message["content"] or ""))
+        # Calls still waiting for a yes are asked about again, as if just held.
+        held = [r["result"] for m in page["data"][-1:] for r in m["tool_results"]]
+        self.hold(
+            [
+                {"id": r["approval_id"], "summary": r["summary"]}
+                for r in held
+                if r.get("status") == "pending_approval"
+            ]
+        )
 
     def handle(self, line: str) -> bool:
         """Act on one line; False when the person is done."""
@@ -368,6 +481,12 @@ class Chat:
                 return False
             case "/tasks":
                 self.show_tasks()
+            case "/trash":
+                self.show_trash()
+            case "/restore" if rest.strip():
+                self.restore(rest.strip())
+            case "/undo":
+                self.undo()
             case "/sessions":
                 self.show_sessions()
             case "/settings":
@@ -435,20 +554,38 @@ class Reminders(threading.Thread):
         self.stopping.set()
 
 
-def _lines(interactive: bool) -> Iterator[str]:
-    if not interactive:
-        yield from (line.rstrip("\n") for line in sys.stdin)
-        return
-    from prompt_toolkit import PromptSession
+class Terminal:
+    """A person at a terminal: lines typed with editing and history, and yes/no questions."""
 
-    prompt: PromptSession[str] = PromptSession()
-    while True:
+    def __init__(self) -> None:
+        from prompt_toolkit import PromptSession
+
+        self.prompt: PromptSession[str] = PromptSession()
+        self.questions: PromptSession[str] = PromptSession()  # a "y" is not a line to recall
+
+    def lines(self) -> Iterator[str]:
+        while True:
+            try:
+                yield self.prompt.prompt("you> ")
+            except KeyboardInterrupt:
+                continue
+            except EOFError:
+                return
+
+    def confirm(self, question: str) -> bool:
+        """`question? [y/N] `: only a yes is a yes."""
         try:
-            yield prompt.prompt("you> ")
-        except KeyboardInterrupt:
-            continue
-        except EOFError:
-            return
+            answer = self.questions.prompt(f"{question}? [y/N] ")
+        except (KeyboardInterrupt, EOFError):
+            return False
+        return answer.strip().lower() in ("y", "yes")
+
+
+def _waiting(chat: Chat, how: str) -> None:
+    """With no terminal to ask: what waits for a yes, and how to give it."""
+    for held in chat.pending:
+        chat.info.print(Text(f"  ⏸ waiting for your yes: {held['summary']}", style="yellow"))
+    chat.info.print(Text(f"  {how}", style="dim"))
 
 
 def run(args: argparse.Namespace) -> None:
@@ -465,22 +602,35 @@ def run(args: argparse.Namespace) -> None:
         except ChatError as error:
             info.print(Text(f"error: {error}", style="red"))
             sys.exit(1)
+        if chat.pending:  # left waiting: a later run answers it
+            _waiting(chat, f"to answer: todo-agent chat --session {chat.session_id} -m yes (or no)")
         return
-    interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    terminal = Terminal() if sys.stdin.isatty() and sys.stdout.isatty() else None
     info.print(Text(f"todo-agent at {args.url} as {who.name} ({who.user_id}).  {HELP}"))
     reminders = Reminders(service, chat)
+    lines = terminal.lines() if terminal else (line.rstrip("\n") for line in sys.stdin)
     # At a terminal, what another thread prints goes above the prompt, not into it.
-    with _above_the_prompt() if interactive else contextlib.nullcontext():
+    with _above_the_prompt() if terminal else contextlib.nullcontext():
         reminders.start()
-        for line in _lines(interactive):
+        for line in lines:
             with chat.lock:
-                if not interactive and line.strip():
+                if not terminal and line.strip():
                     info.print(Text(f"you> {line}", style="bold"))
                 try:
                     if not chat.handle(line):
                         break
                 except ChatError as error:
                     info.print(Text(f"error: {error}", style="red"))
+            if chat.pending and not terminal:
+                _waiting(chat, "answer yes or no on the next line")
+            # Asked outside the lock: a reminder may show above the question meanwhile.
+            while chat.pending and terminal:  # the continuation may ask again
+                answers = [(held, terminal.confirm(held["summary"])) for held in chat.pending]
+                with chat.lock:
+                    try:
+                        chat.answer(answers)
+                    except ChatError as error:
+                        info.print(Text(f"error: {error}", style="red"))
     reminders.stop()
 
 

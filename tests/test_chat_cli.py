@@ -3,6 +3,7 @@
 import contextlib
 import os
 import queue
+import re
 import subprocess
 import threading
 import time
@@ -17,8 +18,9 @@ import pytest
 
 from backend.services.dev_sign_in import dev_user_id
 from tests.conftest import TEST_SECRET, auth, server_env, token_for
-from tests.fake_openai import FakeOpenAI, call, reply, tool_calls
+from tests.fake_openai import FakeOpenAI, call, error, reply, tool_calls
 from tests.servers import TODO_AGENT, ServerProcess, run_cli
+from tests.terminal import Tmux
 
 
 @pytest.fixture(scope="module")
@@ -310,3 +312,114 @@ def test_user_alice_is_the_user_alice_of_todo_agent_token(server: ServerProcess)
     assert done.returncode == 0, done.stderr
     assert "as alice (alice)" in done.stdout
     assert "Feed Bob" in done.stdout.split("you> /tasks", 1)[1]
+
+
+# ---------------------------------------------------------------- ask first, undo after
+
+# The stub answers (the model fails at once): it asks before it deletes, with the default
+# `confirm`, and reads "yes" and "no".
+
+
+def _milk_and_mom(server: ServerProcess, model: FakeOpenAI, name: str) -> httpx.Client:
+    model.default = error(500)
+    user = dev_user_id(name)
+    api = httpx.Client(base_url=f"{server.url}/api/{user}", headers=auth(user))
+    for title in ("Buy milk", "Call mom"):
+        assert api.post("/tasks", json={"title": title}).status_code == 201
+    return api
+
+
+def _titles(api: httpx.Client) -> list[str]:
+    return [task["title"] for task in api.get("/tasks").json()["data"]]
+
+
+def _at_a_terminal(server: ServerProcess, name: str, *args: str) -> Tmux:
+    token = token_for(dev_user_id(name), name=name)
+    command = [TODO_AGENT, "chat", "--url", server.url, *args]
+    return Tmux(command, env=_environment({"TODO_AGENT_TOKEN": token}), cwd=WORKDIR)
+
+
+def test_at_a_terminal_a_held_delete_asks_y_n_and_undo_takes_it_back(
+    server: ServerProcess, model: FakeOpenAI, name: str
+) -> None:
+    api = _milk_and_mom(server, model, name)
+    question = "Delete task 1 “Buy milk”? [y/N] "
+    with _at_a_terminal(server, name) as terminal:
+        terminal.wait_for("you> ")
+        terminal.say("delete the milk task")
+        terminal.wait_for(question)
+        assert _titles(api) == ["Buy milk", "Call mom"]  # nothing runs before the answer
+        terminal.say("n")
+        terminal.wait_for("⚙ Not done (you said no): Delete task 1 “Buy milk”")
+        assert _titles(api) == ["Buy milk", "Call mom"]
+
+        terminal.say("delete the milk task")
+        terminal.wait_for(question, times=2)
+        terminal.say("y")
+        screen = terminal.wait_for("⚙ Deleted task 1: Buy milk")
+        assert "agent> Here is what I did: Deleted task 1: Buy milk." in terminal.wait_for(
+            "Here is what I did"
+        )
+        assert "Delete task 1 “Buy milk”? [y/N] y" in screen
+        assert _titles(api) == ["Call mom"]
+
+        terminal.say("/trash")
+        assert re.search(r"│ 1 +│ Buy milk", terminal.wait_for("/restore N brings one back"))
+        terminal.say("/undo")
+        terminal.wait_for("Undone: brought back task 1 “Buy milk”.")
+        assert _titles(api) == ["Buy milk", "Call mom"]
+        terminal.say("/undo")
+        terminal.wait_for("Nothing to undo in this session.")
+        terminal.say("/quit")
+        assert terminal.exit_status() == 0
+
+
+def test_a_call_left_waiting_by_m_says_how_to_answer_and_is_asked_at_open(
+    server: ServerProcess, model: FakeOpenAI, name: str
+) -> None:
+    api = _milk_and_mom(server, model, name)
+    env = {"JWT_SECRET": TEST_SECRET}
+    asked = chat(server, "--user", name, "-m", "delete the milk task", env=env)
+    assert asked.returncode == 0, asked.stderr
+    question = "Delete task 1 “Buy milk”? Reply yes to go ahead, or no to leave it.\n"
+    assert asked.stdout == question  # no terminal to ask at: the question, and it waits
+    assert "⏸ waiting for your yes: Delete task 1 “Buy milk”" in asked.stderr
+    found = re.search(r"todo-agent chat --session (\S+) -m yes \(or no\)", asked.stderr)
+    assert found, asked.stderr
+    assert _titles(api) == ["Buy milk", "Call mom"]
+
+    # Opened at a terminal, the call still waiting is asked about.
+    with _at_a_terminal(server, name) as terminal:
+        terminal.wait_for("you> ")
+        terminal.say(f"/open {found[1]}")
+        terminal.wait_for("Delete task 1 “Buy milk”? [y/N] ")
+        terminal.say("yes")
+        terminal.wait_for("⚙ Deleted task 1: Buy milk")
+        assert _titles(api) == ["Call mom"]
+        terminal.say("/quit")
+        assert terminal.exit_status() == 0
+
+
+def test_from_a_pipe_the_next_line_answers_and_the_trash_and_undo_commands_work(
+    server: ServerProcess, model: FakeOpenAI, name: str
+) -> None:
+    api = _milk_and_mom(server, model, name)
+    lines = ["delete the milk task", "yes", "/trash", "/restore 1", "/trash", "/undo", "/help"]
+    done = chat(
+        server, "--user", name, stdin="\n".join(lines) + "\n", env={"JWT_SECRET": TEST_SECRET}
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    asked, answered = out.split("you> yes", 1)
+    assert "⏸ waiting for your yes: Delete task 1 “Buy milk”" in asked
+    assert "answer yes or no on the next line" in asked
+    assert "[y/N]" not in out  # no terminal: nobody to ask
+    assert "⚙ Deleted task 1: Buy milk" in answered
+    trash, restored, empty, undo, help_ = answered.split("you> /", 5)[1:]
+    assert "Buy milk" in trash
+    assert "Restored task 1: Buy milk" in restored
+    assert "The trash is empty." in empty
+    # Restored by hand since: the turn that deleted it is not undone (the service says why).
+    assert "has changed since" in undo
+    assert "/undo" in help_
+    assert _titles(api) == ["Buy milk", "Call mom"]

@@ -696,3 +696,204 @@ async def test_the_settings_offer_a_calendar_feed_url_and_revoke_it(person: Pers
         await expect(url_box).to_be_hidden()
         await expect(dialog.get_by_role("status")).to_contain_text("revoked")
         assert (await client.get(url)).status_code == 404
+
+
+# ---------------------------------------------------------------- ask first, undo after
+
+# The stub answers (the model fails at once): it asks before it deletes, with the default
+# `confirm`, and reads "yes", "no" and "undo" as the contract says.
+
+
+async def _ask_to_delete_milk(person: Person, model: FakeOpenAI) -> Any:
+    """Buy milk and Call mom; the stub asked to delete the milk: its card."""
+    model.default = error(500)
+    for title in ("Buy milk", "Call mom"):
+        assert (await person.api("POST", "/tasks", json={"title": title})).status_code == 201
+    await expect(person.page.locator("#task-list > li.task")).to_have_count(2)
+    await person.send("delete the milk task")
+    card = person.page.get_by_role("group", name="Waiting for you: Delete task 1 “Buy milk”")
+    await expect(card).to_contain_text("Delete task 1 “Buy milk”?")
+    answer = person.page.locator(".message.assistant").last
+    await expect(answer.locator(".text")).to_have_text(
+        "Delete task 1 “Buy milk”? Reply yes to go ahead, or no to leave it."
+    )
+    return card
+
+
+async def test_approving_a_held_delete_on_its_card_deletes_the_task(
+    person: Person, model: FakeOpenAI
+) -> None:
+    page = person.page
+    card = await _ask_to_delete_milk(person, model)
+    await expect(page.locator("#task-list > li.task")).to_have_count(2)  # nothing ran yet
+    await person.shot("approval-card")
+    sent: list[Request] = []
+    page.on("request", lambda r: sent.append(r) if r.url.endswith("/chat/stream") else None)
+
+    await card.get_by_role("button", name="Approve").focus()  # by keyboard
+    await page.keyboard.press("Enter")
+    await expect(card.locator(".outcome")).to_have_text("Approved")
+    await expect(card.get_by_role("button")).to_have_count(0)
+    continuation = page.locator(".message.assistant").last
+    await expect(continuation.locator(".text")).to_have_text(
+        "Here is what I did: Deleted task 1: Buy milk."
+    )
+    await expect(continuation.locator(".activity")).to_have_text("Deleted task 1: Buy milk")
+    await expect(page.locator("#task-list .title")).to_have_text(["Call mom"])
+    await expect(page.locator(".message.user")).to_have_count(1)  # no message was sent
+    body = json.loads(sent[0].post_data or "{}")
+    assert "message" not in body
+    [approval] = body["approvals"]
+    assert approval["approved"] is True
+    assert approval["id"].startswith("apr_")
+    trash = (await person.api("GET", "/trash")).json()["data"]
+    assert [task["title"] for task in trash] == ["Buy milk"]
+
+
+async def test_denying_keeps_the_task_and_a_typed_yes_answers_the_card_too(
+    person: Person, model: FakeOpenAI
+) -> None:
+    page = person.page
+    card = await _ask_to_delete_milk(person, model)
+    await card.get_by_label("Reason, if you deny").fill("still <b>needed</b>")
+    await card.get_by_role("button", name="Deny").click()
+    await expect(card.locator(".outcome")).to_have_text("Denied: still <b>needed</b>")
+    await expect(card.get_by_role("button")).to_have_count(0)
+    await expect(page.locator(".message.assistant").last.locator(".activity")).to_contain_text(
+        "Not done (denied): Delete task 1 “Buy milk”"
+    )
+    assert [t["title"] for t in (await person.api("GET", "/tasks")).json()["data"]] == [
+        "Buy milk",
+        "Call mom",
+    ]
+    await person.shot("approval-denied")
+
+    # Asked again, answered in words: the card shows it.
+    await person.send("delete the milk task")
+    cards = page.locator(".approval")
+    await expect(cards).to_have_count(2)
+    await expect(cards.last.get_by_role("button", name="Approve")).to_be_visible()
+    await person.send("yes")
+    await expect(cards.last.locator(".outcome")).to_have_text("Approved")
+    await expect(cards.last.get_by_role("button")).to_have_count(0)
+    await expect(page.locator("#task-list .title")).to_have_text(["Call mom"])
+
+
+async def test_a_pending_card_comes_back_when_the_session_is_reopened(
+    person: Person, model: FakeOpenAI
+) -> None:
+    page = person.page
+    await _ask_to_delete_milk(person, model)
+    await page.reload()
+    await page.get_by_role("button", name="Open session: delete the milk task").click()
+    card = page.get_by_role("group", name="Waiting for you: Delete task 1 “Buy milk”")
+    await card.get_by_role("button", name="Approve").click()
+    await expect(card.locator(".outcome")).to_have_text("Approved")
+    await expect(page.locator("#task-list .title")).to_have_text(["Call mom"])
+
+    # Answered: reopened again, the card shows its outcome and no buttons.
+    await page.reload()
+    await page.get_by_role("button", name="Open session: delete the milk task").click()
+    cards = page.locator(".approval")
+    await expect(cards).to_have_count(1)
+    await expect(cards.locator(".outcome")).to_have_text("Approved")
+    await expect(cards).to_contain_text("Deleted task 1: Buy milk")
+    await expect(cards.get_by_role("button")).to_have_count(0)
+
+
+async def test_undo_on_the_last_turn_brings_back_a_deleted_task(
+    person: Person, model: FakeOpenAI
+) -> None:
+    page = person.page
+    card = await _ask_to_delete_milk(person, model)
+    undo = page.get_by_role("button", name="Undo the changes of this turn")
+    await expect(undo).to_have_count(0)  # nothing changed yet: it only asked
+    await card.get_by_role("button", name="Approve").click()
+    await expect(page.locator("#task-list .title")).to_have_text(["Call mom"])
+    turn = page.locator(".message.assistant").last
+    await expect(turn.get_by_role("button", name="Undo the changes of this turn")).to_be_visible()
+    await person.shot("undo-offered")
+
+    await undo.click()
+    await expect(page.locator("#notices")).to_contain_text(
+        "Undone: brought back task 1 “Buy milk”."
+    )
+    await expect(page.locator("#task-list .title")).to_have_text(["Buy milk", "Call mom"])
+    await expect(turn.locator(".badge.undone")).to_be_visible()
+    await expect(undo).to_have_count(0)  # no other turn of this chat changed anything
+    await expect(page.get_by_label("Message")).to_be_focused()
+
+    # A turn whose task has changed since: the service says why, nothing is undone.
+    await person.send("add a task to water the plants")
+    await expect(page.locator("#task-list .title")).to_contain_text(["Water the plants"])
+    await page.get_by_label("Complete task 3: Water the plants").check()
+    await expect(page.locator("#task-list > li.task.done")).to_have_count(1)
+    await undo.click()
+    await expect(page.locator("#notices")).to_contain_text("has changed since")
+    await expect(undo).to_be_visible()
+    assert (await person.api("GET", "/tasks/3")).json()["completed"] is True
+
+
+async def test_the_trash_view_restores_deletes_forever_and_empties(person: Person) -> None:
+    page = person.page
+    for title in ("Call mom", "Pay bills", "Buy <b>milk</b>", "Walk the dog"):
+        assert (await person.api("POST", "/tasks", json={"title": title})).status_code == 201
+    for number in (1, 2, 3):
+        assert (await person.api("DELETE", f"/tasks/{number}")).status_code == 204
+    await page.get_by_label("Show").select_option("Trash")
+    trashed = page.locator("#task-list > li.task")
+    await expect(trashed.locator(".title")).to_have_text(
+        ["Buy <b>milk</b>", "Pay bills", "Call mom"]
+    )
+    await expect(trashed.first.locator(".deleted")).to_contain_text("Deleted")
+    await person.shot("trash")
+
+    await page.get_by_role("button", name="Restore task 2: Pay bills").click()
+    await expect(trashed.locator(".title")).to_have_text(["Buy <b>milk</b>", "Call mom"])
+    await expect(page.get_by_role("button", name="Restore task 1: Call mom")).to_be_focused()
+    assert (await person.api("GET", "/tasks/2")).json()["title"] == "Pay bills"
+
+    dialogs: list[str] = []
+
+    async def accept(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        await dialog.accept()
+
+    page.on("dialog", accept)
+    await page.get_by_role("button", name="Delete task 3 forever: Buy <b>milk</b>").click()
+    await expect(trashed.locator(".title")).to_have_text(["Call mom"])
+    assert "for good" in dialogs[-1]
+    restore = await person.api("POST", "/tasks/3/restore")
+    assert restore.status_code == 404  # gone for good
+
+    # A deletion elsewhere shows up in the open trash (live), then it is emptied.
+    assert (await person.api("DELETE", "/tasks/4")).status_code == 204
+    await expect(trashed.locator(".title")).to_have_text(["Walk the dog", "Call mom"])
+    await page.get_by_role("button", name="Empty trash").click()
+    await expect(page.locator("#task-list")).to_contain_text("The trash is empty.")
+    assert "Empty the trash? Its 2 tasks" in dialogs[-1]
+    assert (await person.api("GET", "/trash")).json()["data"] == []
+
+    await page.get_by_label("Show").select_option("All")
+    await expect(page.locator("#task-list .title")).to_have_text(["Pay bills"])
+    await expect(page.get_by_role("button", name="Empty trash")).to_be_hidden()
+
+
+async def test_the_settings_choose_what_the_assistant_asks_about(
+    person: Person, model: FakeOpenAI
+) -> None:
+    page = person.page
+    await page.get_by_role("button", name="Settings").click()
+    dialog = page.get_by_role("dialog", name="Settings")
+    await expect(dialog.get_by_label("Before deleting (default)")).to_be_checked()
+    await dialog.get_by_label("Before any change").check()
+    await dialog.get_by_role("button", name="Save").click()
+    await expect(dialog.get_by_role("status")).to_have_text("Saved.")
+    await page.keyboard.press("Escape")
+    assert (await person.api("GET", "/settings")).json()["confirm"] == "changes"
+
+    model.default = error(500)
+    await person.send("add a task to buy bread")
+    card = page.get_by_role("group", name="Waiting for you: Add task “Buy bread”")
+    await card.get_by_role("button", name="Approve").click()
+    await expect(page.locator("#task-list .title")).to_have_text(["Buy bread"])

@@ -105,13 +105,14 @@ export class Api {
   /**
    * One chat turn, streamed. Resolves with the `done` answer; rejects with ApiError
    * (before the message was accepted, `accepted` is false: nothing was stored).
+   * `approvals` ([{id, approved, reason?}]) answers the session's held tool calls; then
+   * `message` may be left out and the answer is the turn's continuation.
    */
-  async chat({ message, sessionId, timezone }, onEvent, signal) {
-    const response = await this.request("/chat/stream", {
-      method: "POST",
-      body: { message, session_id: sessionId ?? null, timezone },
-      signal,
-    });
+  async chat({ message, sessionId, timezone, approvals }, onEvent, signal) {
+    const body = { session_id: sessionId ?? null, timezone };
+    if (message !== undefined) body.message = message;
+    if (approvals) body.approvals = approvals;
+    const response = await this.request("/chat/stream", { method: "POST", body, signal });
     let answer = null;
     let failed = null;
     try {
@@ -164,8 +165,25 @@ export class Api {
   completeTask(id, completed) {
     return this.json(`/tasks/${id}/complete`, { method: "PATCH", body: { completed } });
   }
+  /** To the trash: it can be restored until it is purged. */
   deleteTask(id) {
     return this.json(`/tasks/${id}`, { method: "DELETE" });
+  }
+
+  /** The trash, most recently deleted first: {data: [task + deleted_at], next_cursor}. */
+  trash(cursor) {
+    const page = cursor ? `&cursor=${encodeURIComponent(cursor)}` : "";
+    return this.json(`/trash?limit=100${page}`);
+  }
+  restoreTask(id) {
+    return this.json(`/tasks/${id}/restore`, { method: "POST" });
+  }
+  /** Deleted for good (a task in the trash only). */
+  purgeTask(id) {
+    return this.json(`/trash/${id}`, { method: "DELETE" });
+  }
+  emptyTrash() {
+    return this.json("/trash", { method: "DELETE" });
   }
 
   settings() {
@@ -192,6 +210,10 @@ export class Api {
   }
   renameSession(sessionId, title) {
     return this.json(`/sessions/${sessionId}`, { method: "PATCH", body: { title } });
+  }
+  /** Take back the session's latest turn that changed tasks: {message_id, changes, summary}. */
+  undo(sessionId) {
+    return this.json(`/sessions/${sessionId}/undo`, { method: "POST" });
   }
   deleteSession(sessionId) {
     return this.json(`/sessions/${sessionId}`, { method: "DELETE" });

@@ -47,8 +47,8 @@ function describe(error) {
       return "This token belongs to another user.";
     case 404:
       return `${detail ?? "Not found."} It may have been deleted elsewhere.`;
-    case 409:
-      return "This chat is still busy with another message. Wait for it to answer, then send again.";
+    case 409: // the service says which conflict: a busy chat, nothing to undo, ...
+      return detail ?? "This chat is still busy with another message. Wait for it to answer, then send again.";
     case 413:
       return "That message is too large.";
     case 422:
@@ -155,6 +155,18 @@ function onTokenSubmit(event) {
 
 // ---------------------------------------------------------------- chat log
 
+/** Statuses of tool results that changed tasks: the service can undo such a turn. */
+const CHANGES = new Set(["created", "updated", "completed", "reopened", "deleted", "restored", "purged"]);
+
+const changedTasks = (results) => (results ?? []).some((r) => CHANGES.has(r.result?.status));
+
+/** A call in a few words when nothing better is known: "delete_todo task 2". */
+function callLabel(call) {
+  const args = call.arguments ?? {};
+  const what = args.todo_id ? ` task ${args.todo_id}` : args.title ? ` “${args.title}”` : "";
+  return `${call.name}${what}`;
+}
+
 function activityText(call, result) {
   const r = result?.result ?? {};
   const todo = r.todo;
@@ -170,6 +182,16 @@ function activityText(call, result) {
       return `Reopened ${label}`;
     case "deleted":
       return `Deleted task ${r.number ?? ""}: ${r.title ?? ""}`;
+    case "restored":
+      return `Restored ${label}`;
+    case "purged":
+      return r.count === undefined ? `Deleted task ${r.number}: ${r.title} for good` : `Emptied the trash (${r.count})`;
+    case "undone":
+      return r.summary;
+    case "denied":
+      return `Not done (denied): ${call.summary ?? callLabel(call)}`;
+    case "expired":
+      return `Not done (not answered in time): ${call.summary ?? callLabel(call)}`;
     case "error":
       return `${call.name} failed: ${r.error}`;
   }
@@ -194,14 +216,13 @@ function addMessage(role, text = "") {
   return message;
 }
 
-function markStub(message) {
-  const badge = el("span", {
-    className: "badge stub",
-    text: "stub",
-    attrs: { title: "Answered by the rule-based stub responder, not a model" },
-  });
-  message.querySelector(".who-said").after(badge);
+function badge(message, kind, text, title) {
+  const mark = el("span", { className: `badge ${kind}`, text, attrs: { title } });
+  message.querySelector(".who-said").after(mark);
 }
+
+const markStub = (message) =>
+  badge(message, "stub", "stub", "Answered by the rule-based stub responder, not a model");
 
 function showActivity(message, call, result) {
   const list = message.querySelector(".activity");
@@ -214,11 +235,131 @@ function showActivity(message, call, result) {
   item.classList.toggle("failed", result?.result?.status === "error");
 }
 
+// ---------------------------------------------------------------- held calls: Approve / Deny
+
+const cardOf = (approvalId) => $("#log").querySelector(`[data-approval="${CSS.escape(approvalId)}"]`);
+
+/** The card of a call held for the person's yes ({id, summary}), at the end of `message`. */
+function approvalCard(message, { id, summary }) {
+  const existing = cardOf(id);
+  if (existing) return existing;
+  const card = el("div", { className: "approval", attrs: { role: "group", "aria-label": `Waiting for you: ${summary}`, "data-approval": id } });
+  const reason = el("input", {
+    attrs: { "aria-label": `Reason, if you deny: ${summary}`, placeholder: "Reason, if you deny (optional)", maxlength: "500" },
+  });
+  const approve = el("button", { className: "approve", text: "Approve", attrs: { type: "button", "aria-label": `Approve: ${summary}` } });
+  const deny = el("button", { className: "danger", text: "Deny", attrs: { type: "button", "aria-label": `Deny: ${summary}` } });
+  approve.addEventListener("click", () => answerApproval(card, { id, approved: true }));
+  deny.addEventListener("click", () => answerApproval(card, { id, approved: false, reason: reason.value.trim() || undefined }));
+  reason.addEventListener("keydown", (event) => event.key === "Enter" && deny.click()); // a reason is a no
+  card.append(el("p", { className: "summary", text: `${summary}?` }), el("div", { className: "actions" }, [approve, deny, reason]));
+  card.dataset.summary = summary;
+  message.append(card);
+  return card;
+}
+
+/** A card answered (here, by a typed yes or no, or in another tab): its outcome, no buttons. */
+function settleCard(card, outcome, reason) {
+  if (!card || card.dataset.state) return;
+  card.dataset.state = outcome;
+  card.querySelector(".summary").textContent = card.dataset.summary; // no longer a question
+  const said = { approved: "Approved", denied: "Denied", expired: "Expired: not answered in time" }[outcome];
+  card.querySelector(".actions").remove();
+  card.append(el("p", { className: `outcome ${outcome}`, text: outcome === "denied" && reason ? `${said}: ${reason}` : said }));
+}
+
+/** What the stored or streamed result of an answered call says of the answer. */
+function outcomeOf(result) {
+  const status = result?.result?.status;
+  if (status === "expired") return "expired";
+  if (status === "denied" || result?.approval?.approved === false) return "denied";
+  return "approved";
+}
+
+async function answerApproval(card, answer) {
+  if (state.busy) return;
+  const buttons = [...card.querySelectorAll("button")];
+  buttons.forEach((button) => (button.disabled = true));
+  const failed = await runTurn({ approvals: [answer] });
+  if (!failed) {
+    settleCard(card, answer.approved ? "approved" : "denied", answer.reason); // if the stream did not
+  } else if (failed instanceof ApiError && failed.status === 409 && !failed.accepted) {
+    await openSession(state.sessionId); // answered elsewhere, or expired: show it as it stands
+    showError(new ApiError(409, "That question was answered elsewhere or has expired; here is the chat as it stands."));
+  } else {
+    buttons.forEach((button) => (button.disabled = false));
+  }
+}
+
+// ---------------------------------------------------------------- undo
+
+/** The Undo button sits on the latest turn that changed tasks and is not undone. */
+function placeUndo() {
+  $("#log").querySelector(".undo")?.remove();
+  const turn = [...$("#log").querySelectorAll(".message[data-changed]:not([data-undone])")].at(-1);
+  if (!turn) return;
+  const button = el("button", {
+    className: "undo",
+    text: "↶ Undo",
+    attrs: { type: "button", "aria-label": "Undo the changes of this turn", title: "Take back what this turn changed" },
+  });
+  button.addEventListener("click", () => undoTurn(button));
+  turn.append(button);
+}
+
+/**
+ * The service undoes a session's turns newest first: the turn it undid and every later
+ * one that changed tasks are undone now. (A turn that answered a held call shows its
+ * change on the continuation, after the turn that asked, which is the one undone.)
+ */
+function markUndone(messageId, clicked) {
+  const turns = [...$("#log").querySelectorAll(".message")];
+  const at = turns.findIndex((turn) => turn.dataset.messageId === messageId);
+  const undone = at >= 0 ? turns.slice(at).filter((turn) => turn.dataset.changed) : [clicked];
+  for (const turn of undone) {
+    if (turn.dataset.undone) continue;
+    turn.dataset.undone = "true";
+    badge(turn, "undone", "undone", "Its changes were taken back");
+  }
+}
+
+async function undoTurn(button) {
+  button.disabled = true;
+  try {
+    const undone = await state.api.undo(state.sessionId);
+    markUndone(undone.message_id, button.closest(".message"));
+    notice(undone.summary);
+    placeUndo();
+    $("#message").focus(); // the button moved away
+    refreshTasks();
+  } catch (error) {
+    button.disabled = false;
+    if (error instanceof ApiError && error.status === 401) showError(error);
+    else notice(describe(error), { kind: "problem" });
+  }
+}
+
+// ---------------------------------------------------------------- sessions and turns
+
 function showHistoryMessage(stored) {
   const message = addMessage(stored.role, stored.content ?? "");
+  message.dataset.messageId = stored.id;
   if (stored.using_stub) markStub(message);
   const results = new Map((stored.tool_results ?? []).map((r) => [r.tool_call_id, r]));
-  for (const call of stored.tool_calls ?? []) showActivity(message, call, results.get(call.id));
+  for (const call of stored.tool_calls ?? []) {
+    const result = results.get(call.id);
+    const held = result?.result?.status === "pending_approval" ? result.result : null;
+    if (held) {
+      approvalCard(message, { id: held.approval_id, summary: held.summary });
+    } else if (result?.approval) {
+      // Answered: the stored record keeps the answer, not the question's summary.
+      const summary = outcomeOf(result) === "approved" ? activityText(call, result) : callLabel(call);
+      settleCard(approvalCard(message, { id: result.approval.id, summary }), outcomeOf(result), result.approval.reason);
+    } else {
+      showActivity(message, call, result);
+    }
+  }
+  if (changedTasks(stored.tool_results)) message.dataset.changed = "true";
 }
 
 function newChat() {
@@ -234,6 +375,7 @@ async function openSession(sessionId) {
     state.sessionId = sessionId;
     clearLog();
     page.data.forEach(showHistoryMessage);
+    placeUndo();
     markActiveSession();
     showView("chat");
   } catch (error) {
@@ -241,11 +383,12 @@ async function openSession(sessionId) {
   }
 }
 
-async function onSend(event) {
-  event?.preventDefault();
-  const box = $("#message");
-  const text = box.value;
-  if (!text.trim() || state.busy) return;
+/**
+ * One turn, streamed into a new answer: `message` (what was typed; it leaves the box once
+ * the service has stored it) and/or `approvals` (answers to held calls). Resolves with
+ * nothing, or with the error it showed.
+ */
+async function runTurn({ message, approvals }) {
   clearError();
   state.busy = true;
   $("#send").disabled = true;
@@ -253,44 +396,66 @@ async function onSend(event) {
   const calls = new Map();
   try {
     const done = await state.api.chat(
-      { message: text, sessionId: state.sessionId, timezone: timezone() },
+      { message, approvals, sessionId: state.sessionId, timezone: timezone() },
       (name, data) => {
         if (name === "session") {
-          // Accepted and stored: only now does the text leave the box.
           state.sessionId = data.session_id;
-          addMessage("user", text);
-          box.value = "";
+          if (message !== undefined) {
+            addMessage("user", message);
+            $("#message").value = "";
+          }
           answer = addMessage("assistant");
           answer.classList.add("streaming");
         } else if (name === "delta") {
           answer.querySelector(".text").append(data.text);
           answer.scrollIntoView({ block: "end" });
+        } else if (name === "approval_request") {
+          approvalCard(answer, data);
         } else if (name === "tool_call") {
-          calls.set(data.id, data);
-          showActivity(answer, data, null);
+          // A held call answered now (by Approve / Deny, or a typed yes or no) has an approval_id.
+          const summary = data.approval_id ? cardOf(data.approval_id)?.dataset.summary : undefined;
+          calls.set(data.id, { ...data, summary });
+          showActivity(answer, calls.get(data.id), null);
         } else if (name === "tool_result") {
-          showActivity(answer, calls.get(data.tool_call_id) ?? { id: data.tool_call_id, name: data.name }, data);
+          const call = calls.get(data.tool_call_id) ?? { id: data.tool_call_id, name: data.name };
+          showActivity(answer, call, data);
+          if (call.approval_id) settleCard(cardOf(call.approval_id), outcomeOf(data), data.result?.reason);
           refreshTasks();
         }
       },
     );
     answer ??= addMessage("assistant");
+    answer.dataset.messageId = done.message_id;
     answer.querySelector(".text").textContent = done.response;
     if (done.using_stub) markStub(answer);
+    for (const held of done.pending_approvals ?? []) approvalCard(answer, held);
+    if (changedTasks(done.tool_results)) {
+      answer.dataset.changed = "true";
+      placeUndo();
+    }
     refreshSessions();
     if (done.tool_calls.length) refreshTasks();
+    return null;
   } catch (error) {
     if (error.accepted) refreshSessions();
     if (error instanceof ApiError && error.status === 404 && !error.accepted) {
       newChat(); // the session was deleted elsewhere; sending again starts a new one
     }
     showError(error);
+    return error;
   } finally {
     answer?.classList.remove("streaming");
     state.busy = false;
     $("#send").disabled = false;
-    box.focus();
+    $("#message").focus();
   }
+}
+
+async function onSend(event) {
+  event?.preventDefault();
+  const text = $("#message").value;
+  if (!text.trim() || state.busy) return;
+  await runTurn({ message: text });
 }
 
 function onComposerKey(event) {
@@ -475,18 +640,71 @@ let tasksRequest = 0;
 async function refreshTasks() {
   if (!state.api) return;
   const ticket = ++tasksRequest; // only the latest answer is drawn
+  const filter = $("#task-filter").value;
+  const trash = filter === "trash";
+  $("#trash-head").hidden = !trash;
+  $("#tasks-name").textContent = trash ? "Trash" : "Tasks";
   try {
-    const page = await state.api.tasks($("#task-filter").value);
+    const page = trash ? await state.api.trash() : await state.api.tasks(filter);
     if (ticket !== tasksRequest) return;
     const list = $("#task-list");
     keepFocus(list); // a redraw from elsewhere (the event stream) keeps the keyboard's place
-    list.replaceChildren(...page.data.map((task) => taskItem(task)));
-    if (!page.data.length) list.append(el("li", { className: "empty", text: "No tasks here yet." }));
-    $("#task-count").textContent = `(${page.count})`;
+    list.replaceChildren(...page.data.map((task) => (trash ? trashItem(task) : taskItem(task))));
+    if (!page.data.length) {
+      list.append(el("li", { className: "empty", text: trash ? "The trash is empty." : "No tasks here yet." }));
+    }
+    // The trash has pages, not a count: "(100+)" when there are more.
+    $("#task-count").textContent = trash ? `(${page.data.length}${page.next_cursor ? "+" : ""})` : `(${page.count})`;
+    $("#empty-trash").disabled = trash && !page.data.length;
     focusPending(list);
+    if (state.refocus === "#task-filter") {
+      $("#task-filter").focus(); // the last one went: the keyboard lands on the list's heading
+      state.refocus = null;
+    }
   } catch (error) {
     showError(error);
   }
+}
+
+/** A task in the trash: when it went, and Restore or Delete forever. */
+function trashItem(task) {
+  const item = el("li", { className: "task trashed", attrs: { "data-id": task.id } });
+  const restore = el("button", {
+    text: "Restore",
+    attrs: { type: "button", "aria-label": `Restore task ${task.number}: ${task.title}`, "data-focus": `${task.id}:restore` },
+  });
+  restore.addEventListener("click", () => trashChange(item, () => state.api.restoreTask(task.id)));
+  const purge = el("button", {
+    className: "danger",
+    text: "Delete forever",
+    attrs: { type: "button", "aria-label": `Delete task ${task.number} forever: ${task.title}`, "data-focus": `${task.id}:purge` },
+  });
+  purge.addEventListener("click", () => {
+    if (!confirm(`Delete task ${task.number} “${task.title}” for good? It cannot be restored.`)) return;
+    trashChange(item, () => state.api.purgeTask(task.id));
+  });
+  const meta = el("div", { className: "meta" }, [
+    el("span", { className: "deleted", text: `Deleted ${dateTime.format(new Date(task.deleted_at))}` }),
+  ]);
+  if (task.steps_total) meta.append(el("span", { className: "progress", text: `with ${task.steps_total} steps` }));
+  const title = el("div", {}, [el("span", { className: "number", text: `${task.number}` }), el("span", { className: "title", text: task.title })]);
+  item.append(el("div", { className: "row" }, [el("div", { className: "body" }, [title, meta])]), el("div", { className: "actions" }, [restore, purge]));
+  return item;
+}
+
+/** Restore or purge one: the keyboard goes on to the next task in the trash. */
+function trashChange(item, change) {
+  const next = item.nextElementSibling ?? item.previousElementSibling;
+  state.refocus = next?.dataset.id ? `[data-focus="${CSS.escape(`${next.dataset.id}:restore`)}"]` : "#task-filter";
+  changeTask(change);
+}
+
+async function emptyTrash() {
+  const count = $("#task-list").querySelectorAll(".trashed").length;
+  const more = $("#task-count").textContent.includes("+") ? " and more" : "";
+  if (!confirm(`Empty the trash? Its ${count}${more} tasks are deleted for good and cannot be restored.`)) return;
+  await changeTask(() => state.api.emptyTrash());
+  $("#task-filter").focus(); // the button is disabled now: nothing left to empty
 }
 
 async function changeTask(change) {
@@ -792,6 +1010,7 @@ const SETTINGS_LABELS = {
   timezone: "Timezone",
   instructions: "Instructions",
   model: "Model",
+  confirm: "Ask before",
 };
 
 function countInstructions() {
@@ -886,6 +1105,7 @@ async function openSettings() {
     const models = current.models.includes(current.model) ? current.models : [current.model, ...current.models];
     $("#set-model").replaceChildren(...models.map((name) => el("option", { text: name, attrs: { value: name } })));
     $("#set-model").value = current.model;
+    for (const choice of document.querySelectorAll('input[name="confirm"]')) choice.checked = choice.value === current.confirm;
     countInstructions();
   } catch (error) {
     showError(error);
@@ -910,6 +1130,7 @@ async function onSettingsSubmit(event) {
       timezone: $("#set-timezone").value.trim(),
       instructions: text("#set-instructions"),
       model: $("#set-model").value,
+      confirm: document.querySelector('input[name="confirm"]:checked')?.value,
     });
     $("#settings-status").textContent = "Saved.";
     $("#who-name").textContent = saved.display_name ?? state.user.name;
@@ -966,6 +1187,7 @@ function start() {
   });
   $("#more-sessions").addEventListener("click", () => refreshSessions(true));
   $("#task-filter").addEventListener("change", refreshTasks);
+  $("#empty-trash").addEventListener("click", emptyTrash);
   for (const button of document.querySelectorAll("[data-show]")) {
     button.addEventListener("click", () => showView(button.dataset.show));
   }

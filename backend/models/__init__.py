@@ -4,6 +4,7 @@ from backend.models.approval import Approval
 from backend.models.change import TaskChange
 from backend.models.event import Event
 from backend.models.idempotency import IdempotencyKey
+from backend.models.mcp import McpRequestState
 from backend.models.session import AgentMessage, AgentSession
 from backend.models.task import Task
 from backend.models.user import User
@@ -14,6 +15,7 @@ __all__ = [
     "Approval",
     "Event",
     "IdempotencyKey",
+    "McpRequestState",
     "Task",
     "TaskChange",
     "User",

@@ -96,6 +96,14 @@ class TrashPurgedResult(_Result):
     )
 
 
+class NotDoneResult(_Result):
+    """A call the user was asked about first and did not accept: nothing was changed."""
+
+    status: Literal["declined", "cancelled"]
+    summary: str = PydanticField(description='What was asked about: "Delete task 3 “Buy milk”".')
+    message: str = PydanticField(description='"Nothing was deleted." or "Nothing was changed."')
+
+
 class UserContextResult(_Result):
     name: str | None
     timezone: str

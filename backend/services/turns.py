@@ -269,21 +269,23 @@ _ADMIT_CALL_SQL = """
         UPDATE users SET chat_tat = (SELECT base FROM gate) + make_interval(secs => :interval)
         WHERE id = :owner AND (SELECT allowed FROM gate)
     )
-    SELECT allowed, name, timezone,
+    SELECT allowed, name, timezone, confirm,
            EXTRACT(EPOCH FROM base - now())::float8 - :tau AS retry_after_s
     FROM gate
 """
-_ADMIT_CALL = text(_ADMIT_CALL_SQL.format(gate=_GATE_COLUMNS))
+_ADMIT_CALL = text(_ADMIT_CALL_SQL.format(gate=_GATE_COLUMNS + ", confirm"))
 
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """A single tool call let through (or not), and the user's name and timezone."""
+    """A single tool call let through (or not), and the user's name, timezone and `confirm`
+    setting (None: the default)."""
 
     allowed: bool
     retry_after_s: float
     name: str | None
     timezone: str
+    confirm: str | None
 
 
 def _gcra(per_minute: int) -> tuple[float, float]:
@@ -305,6 +307,7 @@ async def admit_call(db: AsyncConnection, *, owner: str, per_minute: int) -> Adm
         retry_after_s=max(row.retry_after_s, 0.0),
         name=row.name,
         timezone=row.timezone,
+        confirm=row.confirm,
     )
 
 

@@ -79,7 +79,7 @@ def _exit_cleanly(signum: int, _: FrameType | None) -> None:
 def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
-    settings = load_settings()
+    settings = load_settings(serving=True)
     configure_logging(settings.log_level)
     url = _database_url(settings)
     # Workers build their own settings from the environment; they must find the same database.

@@ -46,7 +46,7 @@ class _App(FastAPI):
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    settings = settings or load_settings()
+    settings = settings or load_settings(serving=True)
     configure_logging(settings.log_level)
     mcp_endpoint = mcp.McpEndpoint(settings) if settings.mcp_enabled else None
 

@@ -1,5 +1,6 @@
 """Configuration from the environment (and `.env`), checked once at start-up."""
 
+import os
 import secrets
 from pathlib import Path
 from typing import Annotated, Literal
@@ -85,6 +86,10 @@ class Settings(BaseSettings):
     # The audience MCP tokens must carry (default `<PUBLIC_BASE_URL>/mcp`); checked when
     # this or JWT_AUDIENCE is set.
     mcp_jwt_audience: str | None = None
+    # The key that seals the `requestState` of an MCP call that asks the user first, so any
+    # replica can read the answer; and how long an answer may take.
+    mcp_state_secret: SecretStr | None = None
+    mcp_state_ttl_s: float = Field(default=600.0, gt=0)
 
     # Events: the outbox's replay window, stream keep-alives, reminders and webhooks.
     events_retention_h: float = Field(default=24.0, gt=0)
@@ -154,6 +159,10 @@ class Settings(BaseSettings):
         return self.data_dir / "jwt_secret"
 
     @property
+    def development_mcp_secret_path(self) -> Path:
+        return self.data_dir / "mcp_state_secret"
+
+    @property
     def allowed_algorithms(self) -> frozenset[str]:
         """The explicit allowlist; derived from what is configured when not set."""
         if self.jwt_algorithms:
@@ -180,36 +189,72 @@ class Settings(BaseSettings):
         problems = []
         if not self.database_url:
             problems.append("DATABASE_URL (postgresql+asyncpg://user:pass@host/db)")
-        secret = self.jwt_secret.get_secret_value() if self.jwt_secret else None
-        if secret is None and not self.jwt_jwks_url:
+        if self.jwt_secret is None and not self.jwt_jwks_url:
             problems.append("JWT_SECRET (at least 32 random characters) or JWT_JWKS_URL")
-        if secret is not None and (
-            secret.lower() in PLACEHOLDER_SECRETS or len(secret) < MIN_PRODUCTION_SECRET_LENGTH
-        ):
-            problems.append(
-                "JWT_SECRET: a real secret of at least 32 characters, not the example value"
-                " (python -c 'import secrets; print(secrets.token_urlsafe(48))')"
-            )
+        if self.jwt_secret is not None and not _real_secret(self.jwt_secret):
+            problems.append("JWT_SECRET: " + _REAL_SECRET)
+        if self.mcp_enabled:
+            if self.mcp_state_secret is None:
+                problems.append(
+                    "MCP_STATE_SECRET (at least 32 random characters) or MCP_ENABLED=false"
+                )
+            elif not _real_secret(self.mcp_state_secret):
+                problems.append("MCP_STATE_SECRET: " + _REAL_SECRET)
         if problems:
             raise ConfigError(
                 "ENVIRONMENT=production refuses to start; set " + "; ".join(problems) + "."
             )
 
-    def with_development_secret(self, *, create: bool = True) -> "Settings":
-        """In development with no JWT settings, use (creating once, unless `create` is false)
-        a secret in the data dir."""
-        if self.is_production or self.jwt_secret or self.jwt_jwks_url:
+    def with_development_secret(self, *, create: bool = True, serving: bool = False) -> "Settings":
+        """In development, the secrets not configured are kept in the data dir (created once,
+        unless `create` is false): the JWT secret when there are no JWT settings (so that
+        `token` and `serve` agree), and for a server (`serving`) with MCP on, the MCP state
+        secret (so that its workers agree)."""
+        if self.is_production:
             return self
-        path = self.development_secret_path
-        if not path.exists():
-            if not create:
-                return self
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            path.touch(mode=0o600)
-            path.write_text(secrets.token_urlsafe(48))
-        settings = self.model_copy(update={"jwt_secret": SecretStr(path.read_text().strip())})
-        settings._own_dev_secret = True
+        update: dict[str, SecretStr] = {}
+        if not (self.jwt_secret or self.jwt_jwks_url):
+            jwt_secret = _data_dir_secret(self.development_secret_path, create=create)
+            if jwt_secret is not None:
+                update["jwt_secret"] = jwt_secret
+        if serving and self.mcp_enabled and not self.mcp_state_secret:
+            mcp_secret = _data_dir_secret(self.development_mcp_secret_path, create=create)
+            if mcp_secret is not None:
+                update["mcp_state_secret"] = mcp_secret
+        settings = self.model_copy(update=update)
+        if "jwt_secret" in update:
+            settings._own_dev_secret = True
         return settings
+
+
+_REAL_SECRET = (
+    "a real secret of at least 32 characters, not the example value"
+    " (python -c 'import secrets; print(secrets.token_urlsafe(48))')"
+)
+
+
+def _real_secret(secret: SecretStr) -> bool:
+    value = secret.get_secret_value()
+    return value.lower() not in PLACEHOLDER_SECRETS and len(value) >= MIN_PRODUCTION_SECRET_LENGTH
+
+
+def _data_dir_secret(path: Path, *, create: bool) -> SecretStr | None:
+    """The secret in `path`; made first when missing (unless `create` is false), whole or
+    not at all, so that processes starting together read the same one."""
+    if not path.exists():
+        if not create:
+            return None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        draft = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+        draft.touch(mode=0o600)
+        try:
+            draft.write_text(secrets.token_urlsafe(48))
+            os.link(draft, path)
+        except FileExistsError:
+            pass  # another process made it first: theirs is the one
+        finally:
+            draft.unlink()
+    return SecretStr(path.read_text().strip())
 
 
 def normalize_database_url(url: str) -> str:
@@ -220,8 +265,9 @@ def normalize_database_url(url: str) -> str:
     raise ConfigError(f"DATABASE_URL must be a PostgreSQL URL, got {url.split(':', 1)[0]}://...")
 
 
-def load_settings() -> Settings:
-    """Settings for a process that serves or signs: checked, with the dev secret resolved."""
+def load_settings(*, serving: bool = False) -> Settings:
+    """Settings for a process that serves (`serving`) or signs: checked, with the dev
+    secrets it needs resolved."""
     settings = Settings()
     settings.check_production()
-    return settings.with_development_secret()
+    return settings.with_development_secret(serving=serving)

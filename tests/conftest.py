@@ -24,6 +24,7 @@ from backend.settings import Settings, normalize_database_url
 from tests.fake_openai import FakeOpenAI
 
 TEST_SECRET = "test-secret-" + "x" * 40
+TEST_MCP_STATE_SECRET = "test-mcp-state-secret-" + "x" * 40
 _TABLES = "events, agent_messages, agent_sessions, tasks, idempotency_keys, users"
 
 # The service reads these from the environment; a developer's shell must not leak into tests.
@@ -207,7 +208,13 @@ def server_env(
     database_url: str, model: FakeOpenAI | None = None, **settings: str
 ) -> dict[str, str]:
     """The environment of a `todo-agent serve` process on the test database (and model)."""
-    env = {"DATABASE_URL": database_url, "JWT_SECRET": TEST_SECRET, **settings}
+    env = {
+        "DATABASE_URL": database_url,
+        "JWT_SECRET": TEST_SECRET,
+        # Else each server would make one in the data dir (./.todo-agent) of the checkout.
+        "MCP_STATE_SECRET": TEST_MCP_STATE_SECRET,
+        **settings,
+    }
     if model is not None:
         env |= {"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": model.base_url}
     return env

@@ -4,6 +4,7 @@ import shutil
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -151,6 +152,15 @@ async def test_cors_allows_configured_origins_only(
         ({"DATABASE_URL": "postgresql://x@h/db"}, "JWT_SECRET"),
         ({"DATABASE_URL": "postgresql://x@h/db", "JWT_SECRET": "change-me"}, "JWT_SECRET"),
         ({"DATABASE_URL": "postgresql://x@h/db", "JWT_SECRET": "short"}, "JWT_SECRET"),
+        ({"DATABASE_URL": "postgresql://x@h/db", "JWT_SECRET": "s" * 48}, "MCP_STATE_SECRET"),
+        (
+            {
+                "DATABASE_URL": "postgresql://x@h/db",
+                "JWT_SECRET": "s" * 48,
+                "MCP_STATE_SECRET": "change-me",
+            },
+            "MCP_STATE_SECRET",
+        ),
     ],
 )
 def test_production_refuses_to_start_without_real_settings(
@@ -167,7 +177,45 @@ def test_production_accepts_real_settings() -> None:
         environment="production",
         database_url="postgresql://x@h/db",
         jwt_jwks_url="https://auth.example/jwks",
+        mcp_state_secret="m" * 48,
     ).check_production()
+    # Without MCP there is no requestState to seal.
+    Settings(
+        _env_file=None,
+        environment="production",
+        database_url="postgresql://x@h/db",
+        jwt_jwks_url="https://auth.example/jwks",
+        mcp_enabled=False,
+    ).check_production()
+
+
+def test_development_keeps_the_secrets_it_needs_in_the_data_dir(tmp_path: Path) -> None:
+    def settings(**values: Any) -> Settings:
+        return Settings(_env_file=None, TODO_AGENT_DATA_DIR=tmp_path, **values)
+
+    assert settings().with_development_secret(create=False, serving=True).mcp_state_secret is None
+    signing = settings().with_development_secret()  # `todo-agent token`: no MCP key needed
+    assert signing.mcp_state_secret is None
+    assert not (tmp_path / "mcp_state_secret").exists()
+    made = settings().with_development_secret(serving=True)
+    assert made.jwt_secret == signing.jwt_secret
+    assert made.jwt_secret is not None
+    assert made.mcp_state_secret is not None
+    assert made.mcp_state_secret != made.jwt_secret
+    assert (tmp_path / "mcp_state_secret").stat().st_mode & 0o777 == 0o600
+    again = settings(jwt_secret="configured" * 4).with_development_secret(serving=True)
+    assert again.mcp_state_secret == made.mcp_state_secret  # the same key, read back
+    assert again.jwt_secret is not None
+    assert again.jwt_secret.get_secret_value() == "configured" * 4
+    assert not again.dev_sign_in  # the JWT secret is not the one made here
+    configured = settings(mcp_state_secret="k" * 40).with_development_secret(serving=True)
+    assert configured.mcp_state_secret is not None
+    assert configured.mcp_state_secret.get_secret_value() == "k" * 40
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jwt_secret", "mcp_state_secret"]
+    (tmp_path / "mcp_state_secret").unlink()
+    off = settings(mcp_enabled=False).with_development_secret(serving=True)
+    assert off.mcp_state_secret is None
+    assert not (tmp_path / "mcp_state_secret").exists()
 
 
 def test_database_urls_are_normalized_to_asyncpg() -> None:
@@ -186,6 +234,7 @@ def test_cli_refuses_in_production_and_says_what_to_set(tmp_path: Path) -> None:
     assert token.returncode == 2
     assert "JWT_SECRET" in token.stderr
     assert not (tmp_path / "jwt_secret").exists()
+    assert not (tmp_path / "mcp_state_secret").exists()
 
 
 def test_serve_on_embedded_postgres_with_a_minted_token(tmp_path: Path) -> None:
@@ -211,4 +260,5 @@ def test_serve_on_embedded_postgres_with_a_minted_token(tmp_path: Path) -> None:
     assert ready.status_code == 200
     assert rejected.status_code == 401
     assert (data_dir / "pgdata" / "PG_VERSION").exists()
+    assert (data_dir / "mcp_state_secret").exists()  # made by `serve`, not by `token`
     shutil.rmtree(data_dir, ignore_errors=True)

@@ -5,6 +5,7 @@ from backend.models.change import TaskChange
 from backend.models.event import Event
 from backend.models.idempotency import IdempotencyKey
 from backend.models.list import ListInvitation, ListMember, TaskNumber, TodoList
+from backend.models.mcp import McpRequestState
 from backend.models.session import AgentMessage, AgentSession
 from backend.models.task import Task
 from backend.models.user import User
@@ -17,6 +18,7 @@ __all__ = [
     "IdempotencyKey",
     "ListInvitation",
     "ListMember",
+    "McpRequestState",
     "Task",
     "TaskChange",
     "TaskNumber",

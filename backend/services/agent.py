@@ -29,7 +29,6 @@ from zoneinfo import ZoneInfo
 
 from openai.types.chat import ChatCompletionMessageParam
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlmodel.ext.asyncio.session import AsyncSession
 from tenacity import AsyncRetrying, retry_if_exception_type
 
 from backend import metrics
@@ -499,7 +498,7 @@ class OpenAIAgentService:
         trying it (rolled back) shows it would fail anyway: then it runs and fails as any
         call does, unasked."""
         async with self._database.transaction(as_user=turn.owner) as db:
-            tried = await _tried(db, turn.tools, parsed)
+            tried = await turn.tools.tried(db, parsed)
             if tried.get("status") == "error":
                 return None
             connection = await db.connection()
@@ -864,25 +863,6 @@ def _arguments(arguments: str | dict[str, Any]) -> dict[str, Any] | str:
     except ValueError:
         return arguments
     return parsed if isinstance(parsed, dict) else arguments
-
-
-class _TriedOut(Exception):
-    """Rolls back a call that was only being tried."""
-
-    def __init__(self, result: ToolResult) -> None:
-        super().__init__()
-        self.result = result
-
-
-async def _tried(db: AsyncSession, tools: TodoTools, call: ToolArgs) -> ToolResult:
-    """What `call` would do, done and rolled back (a savepoint): the very checks and result
-    of the real run, so a held call is one that would succeed, and its summary names what
-    it would touch."""
-    try:
-        async with db.begin_nested():
-            raise _TriedOut(await tools.run(db, call))
-    except _TriedOut as tried:
-        return tried.result
 
 
 def _replace_result(messages: list[ChatCompletionMessageParam], call_id: str, result: Any) -> None:

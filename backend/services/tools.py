@@ -284,6 +284,14 @@ def approval_summary(name: str, result: ToolResult) -> str:
             return f"Change {named}"
 
 
+class _TriedOut(Exception):
+    """Rolls back a call that was only being tried."""
+
+    def __init__(self, result: ToolResult) -> None:
+        super().__init__()
+        self.result = result
+
+
 class TodoTools:
     """The tools, bound to one user (from the verified token) and their timezone; in a chat
     turn also to its session (what `undo_last_turn` undoes) and the turn itself."""
@@ -374,6 +382,16 @@ class TodoTools:
         except RecurrenceError as unreadable:
             return error(str(unreadable))
         return error(f"Tool {call.name!r} is not available.")
+
+    async def tried(self, db: AsyncSession, call: ToolArgs) -> ToolResult:
+        """What `call` would do, done and rolled back (a savepoint): the very checks and
+        result of the real run, so a held call is one that would succeed, and its summary
+        names what it would touch."""
+        try:
+            async with db.begin_nested():
+                raise _TriedOut(await self.run(db, call))
+        except _TriedOut as tried:
+            return tried.result
 
     async def _purge(self, db: AsyncSession, call: PurgeTrash) -> ToolResult:
         if call.todo_id:

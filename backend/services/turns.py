@@ -160,7 +160,8 @@ _ADMIT_CALL = text(
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """A single tool call let through (or not), and the user's name and timezone."""
+    """A single tool call let through (or not), and the user's name, timezone and `confirm`
+    setting (None: the default)."""
 
     allowed: bool
     retry_after_s: float

@@ -1,12 +1,12 @@
-"""Upkeep: prune events past their retention, purge the trash past its retention, read the
-outbox's gauges."""
+"""Upkeep: prune events past their retention, purge the trash past its retention, forget
+the answered MCP questions that have expired, read the outbox's gauges."""
 
 import asyncio
 import logging
 
 from backend import metrics
 from backend.db import Database
-from backend.services import tasks
+from backend.services import mcp_states, tasks
 from backend.services.outbox import store
 from backend.services.outbox.worker import BackgroundWorker
 from backend.settings import Settings
@@ -33,6 +33,7 @@ class Upkeep(BackgroundWorker):
                 await store.prune(
                     connection, retention_s=self._retention_s, keep_undelivered=self._webhooks
                 )
+                await mcp_states.prune(connection)
             metrics.EVENTS_WRITTEN.set(await store.events_written(connection))
             if self._webhooks:
                 metrics.WEBHOOK_BACKLOG.set(await store.webhook_backlog(connection))

@@ -81,7 +81,7 @@ class Tmux:
         self._tmux("send-keys", "-t", "t", "-l", line)
         self._tmux("send-keys", "-t", "t", "Enter")
 
-    def exit_status(self, timeout_s: float = 10) -> int:
+    def exit_status(self, timeout_s: float = 30) -> int:
         """The program's exit status once it has ended (minus the signal that ended it)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

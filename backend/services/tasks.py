@@ -181,13 +181,13 @@ class _Target:
 async def _target(
     *, db: AsyncSession, user: str, ref: TaskRef, action: Action, trashed: bool = False
 ) -> _Target:
-    """The reader's task `ref` (live, or in the trash), locked until commit; not one of
-    theirs: not found; their role does not allow `action`: 403."""
+    """The reader's task `ref` (live, or in the trash); not one of theirs: not found; their
+    role does not allow `action`: 403. One to write to is locked until commit (only then:
+    row-level security lets a lock through only where the reader may write)."""
     statement = (
         select(col(Task.id), col(Task.parent_id), col(Task.list_id), _number(user))
         .where(ref.where(user), access.reachable(user, col(Task.list_id)))
         .where(col(Task.deleted_at).is_not(None) if trashed else _LIVE)
-        .with_for_update(of=Task)
     )
     row = (await db.exec(statement)).one_or_none()
     if row is None:
@@ -195,8 +195,12 @@ async def _target(
             raise NotInTrash(f"Task {ref.number or ref.id} is not in the trash.")
         raise TaskNotFound()
     task_id, parent_id, list_id, number = row
-    found = await access.membership(db, user=user, list_id=list_id)
-    return _Target(task_id, parent_id, number, found.require(action))
+    found = (await access.membership(db, user=user, list_id=list_id)).require(action)
+    if action != "read":
+        locked = select(col(Task.id)).where(col(Task.id) == task_id).with_for_update()
+        if (await db.exec(locked)).first() is None:  # moved or deleted meanwhile
+            raise TaskNotFound()
+    return _Target(task_id, parent_id, number, found)
 
 
 async def _live(*, db: AsyncSession, user: str, ref: TaskRef) -> bool:
@@ -576,9 +580,7 @@ async def _follow(
     if successor is None:
         return None  # a concurrent completion made it first
     steps_of = (
-        select(col(Task.title))
-        .where(col(Task.parent_id) == task.id, _LIVE)
-        .order_by(col(Task.created_at), col(Task.id))
+        select(col(Task.title)).where(col(Task.parent_id) == task.id, _LIVE).order_by(_number(user))
     )
     for title in list((await db.exec(steps_of)).all()):
         await _insert(db=db, user=user, list_id=task.list_id, parent_id=successor, title=title)

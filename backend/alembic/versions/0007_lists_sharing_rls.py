@@ -187,15 +187,19 @@ END
 $$
 """
 
-# A new member gets numbers for every task of the list they have none for, oldest first
-# (one who comes back finds their old numbers).
+# A new member gets numbers for every task of the list they have none for, in the order of
+# the owner's numbers (the order they were made in; one who comes back finds their old
+# numbers).
 _MEMBER_NUMBERS = """
 CREATE FUNCTION list_members_allot_numbers() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
     PERFORM 1 FROM users WHERE id = NEW.user_id FOR NO KEY UPDATE;
     WITH missing AS (
-        SELECT t.id, row_number() OVER (ORDER BY t.created_at, t.id) AS n FROM tasks t
+        SELECT t.id, row_number() OVER (ORDER BY owners.number, t.created_at, t.id) AS n
+        FROM tasks t
+        JOIN lists l ON l.id = t.list_id
+        LEFT JOIN task_numbers owners ON owners.task_id = t.id AND owners.user_id = l.owner_id
         WHERE t.list_id = NEW.list_id
           AND NOT EXISTS (SELECT FROM task_numbers x
                           WHERE x.user_id = NEW.user_id AND x.task_id = t.id)

@@ -28,7 +28,9 @@ from backend.services.stub import entities, replies
 from backend.services.stub.calls import Calls, Stop
 from backend.services.stub.commands import (
     AddTask,
+    Assign,
     Command,
+    CreateList,
     DeleteTask,
     EmptyTrash,
     Help,
@@ -118,6 +120,10 @@ async def _run(commands: list[Command], executor: Executor, name: str | None) ->
             return await executor.undo()
         case RestoreTask():
             return await executor.restore(first)
+        case CreateList():
+            return await executor.create_list(first)
+        case Assign():
+            return await executor.assign(first)
         case ShowTrash():
             return await executor.show_trash()
         case EmptyTrash():

@@ -5,7 +5,7 @@ from typing import Literal
 
 from backend.models.task import DueFilter, Priority, StatusFilter
 
-Field = Literal["title", "description", "due", "priority", "repeat", "remind"]
+Field = Literal["title", "description", "due", "priority", "repeat", "remind", "list"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,7 @@ class ListTasks:
     priority: Priority | None = None
     urgent_first: bool = False  # "what's most urgent?": the first few, most urgent first
     count: bool = False  # "how many ...?"
+    list: str | None = None  # "what's on the shopping list?": a list's name, if one has it
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,19 @@ class ShowSteps:
 
 
 @dataclass(frozen=True, slots=True)
+class CreateList:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Assign:
+    """Assign a task to a member of its list (`who` None: to nobody)."""
+
+    ref: str
+    who: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class RestoreTask:
     """Bring a task back from the trash."""
 
@@ -101,10 +115,12 @@ Command = (
     | UpdateTask
     | Plan
     | ShowSteps
+    | CreateList
+    | Assign
     | RestoreTask
     | ShowTrash
     | EmptyTrash
     | Undo
 )
 # Commands that name an existing task: a bare answer ("the plumber one") can fill their ref.
-RefCommand = SetCompleted | DeleteTask | UpdateTask | ShowSteps | RestoreTask
+RefCommand = SetCompleted | DeleteTask | UpdateTask | ShowSteps | RestoreTask | Assign

@@ -14,6 +14,8 @@ from backend.services.stub import entities, replies, resolver
 from backend.services.stub.calls import Calls, Stop, todo
 from backend.services.stub.commands import (
     AddTask,
+    Assign,
+    CreateList,
     DeleteTask,
     ListTasks,
     Plan,
@@ -32,6 +34,13 @@ _LIST_SUFFIX = re.compile(
     re.IGNORECASE,
 )
 _LEADING_TO = re.compile(r"^to\s+", re.IGNORECASE)
+_LIST_WORD = re.compile(r"\s*\blist\b\s*", re.IGNORECASE)
+# "milk to groceries", "milk on the shopping list", "call Jo in work": a list at the end.
+_TO_LIST = re.compile(
+    r"(?P<rest>.+?)\s+(?:to|on|onto|in|into)\s+(?:the\s+|my\s+|our\s+)?"
+    r"(?P<name>[\w'&-]+(?:\s+[\w'&-]+){0,3}?)(?:\s+list)?",
+    re.IGNORECASE,
+)
 _RANK = {"high": 0, "medium": 1, "low": 2}
 _URGENT_SHOWN = 3
 
@@ -104,6 +113,35 @@ class Executor:
         self._resolver = Resolver(calls, context)
         self._now: datetime | None = None
         self._tz = ZoneInfo("UTC")  # the user's zone, read with `now`
+        self._lists: list[ToolResult] | None = None
+
+    async def lists(self) -> list[ToolResult]:
+        """The user's lists (their own and those shared with them), asked once."""
+        if self._lists is None:
+            found = (await self._calls("list_lists", {}, "look up your lists")).get("lists")
+            self._lists = (
+                [x for x in found if isinstance(x, dict)] if isinstance(found, list) else []
+            )
+        return self._lists
+
+    async def list_named(self, name: str) -> ToolResult | None:
+        """The user's list a phrase names ("groceries", "the Work list", "#shopping"): by its
+        name in any case, with or without "list" after it."""
+        wanted = _LIST_WORD.sub("", name.strip().lstrip("#")).strip().casefold()
+        if not wanted:
+            return None
+        for found in await self.lists():
+            own = str(found.get("name", "")).casefold()
+            if wanted in (own, _LIST_WORD.sub("", own).strip()):
+                return found
+        return None
+
+    async def _into_list(self, text: str) -> tuple[str, ToolResult | None]:
+        """ "milk to groceries", "milk on the shopping list": the text without the list it
+        names, when the user has such a list."""
+        if (match := _TO_LIST.fullmatch(text)) and (found := await self.list_named(match["name"])):
+            return match["rest"], found
+        return text, None
 
     async def now(self) -> datetime:
         """The user's local time: the tools know their timezone, the stub asks them."""
@@ -157,10 +195,22 @@ class Executor:
     async def add(self, commands: list[AddTask]) -> str:
         added: list[ToolResult] = []
         for command in commands:
-            said = await self.said(command.text, remind=command.remind)
+            text, into = (
+                await self._into_list(command.text)
+                if command.parent is None
+                else (command.text, None)
+            )
+            said = await self.said(text, remind=command.remind)
+            if into is None:  # "#groceries": a list when one has that name, else a tag
+                for tag in said.tags:
+                    if (into := await self.list_named(tag)) is not None:
+                        said = replace(said, tags=tuple(t for t in said.tags if t != tag))
+                        break
             if not said.title:
                 return f"What should the task say? For example: {replies.ADD_EXAMPLE}."
             arguments: dict[str, Any] = {"title": said.title, **_fields(said)}
+            if into is not None:
+                arguments["list"] = str(into.get("id"))
             if command.priority and not said.priority:
                 arguments["priority"] = command.priority
             if command.parent is not None:
@@ -266,6 +316,15 @@ class Executor:
             now = await self.now()  # the user's zone, and today
             if (moved := _on_schedule(target.todo, command.value, self._tz, now)) is not None:
                 changes["due_at"] = moved
+        elif command.field == "list":
+            into = await self.list_named(command.value)
+            if into is None:
+                names = ", ".join(str(x.get("name")) for x in await self.lists())
+                return (
+                    f'I can move a task to a date like "tomorrow" or "Friday", or to one of your '
+                    f"lists ({names}), but not {replies.shorten(command.value)}."
+                )
+            changes["list"] = str(into.get("id"))
         elif command.field == "description":
             changes["description"] = command.value.strip("'\" ")
         else:
@@ -287,6 +346,25 @@ class Executor:
         record of it, whoever made it: the model or the stub)."""
         result = await self._calls("undo_last_turn", {}, "undo that")
         return replies.clean(str(result.get("summary") or "Undone."), limit=1000)
+
+    # -- lists --------------------------------------------------------------------------
+
+    async def create_list(self, command: CreateList) -> str:
+        name = replies.clean(command.name, limit=100)
+        made = await self._calls("create_list", {"name": name}, "make that list")
+        return f"Made the list {replies.clean(str((made.get('list') or {}).get('name')))}."
+
+    async def assign(self, command: Assign) -> str:
+        target = await self._resolver.find(command.ref, resolver.UPDATE)
+        result = await self._calls(
+            "update_todo",
+            {"todo_id": target.todo_id, "assignee": command.who or "nobody"},
+            "assign that task",
+        )
+        changed = todo(result)
+        if command.who is None:
+            return f"Task {changed.get('number')} ({replies.title(changed)}) is no one's now."
+        return f"Assigned task {changed.get('number')} ({replies.title(changed)}) to {command.who}."
 
     # -- the trash ------------------------------------------------------------------------
 
@@ -314,6 +392,15 @@ class Executor:
 
     async def show(self, command: ListTasks) -> str:
         arguments: dict[str, Any] = {"status": command.status}
+        if command.list and (named := await self.list_named(command.list)) is not None:
+            arguments["list"] = str(named.get("id"))
+            if not (command.due or command.tomorrow or command.priority or command.count):
+                found = await self._calls.todos(**arguments)
+                name = replies.clean(str(named.get("name")))
+                if not found:
+                    return f"{name} is empty."
+                lines = [replies.line(t, show_done=command.status == "all") for t in found]
+                return "\n".join([f"On {name}:", *lines])
         if command.due:
             arguments["due"] = command.due
         found = await self._calls.todos(**arguments)

@@ -58,6 +58,16 @@ _LIST_ONLY_WORDS = (
 )
 
 
+# "on the shopping list", "in my work list", "on groceries": which of the user's lists a
+# question may be about (the executor knows whether the user has one of that name).
+_NAME = r"[\w'&-]+(?:\s+[\w'&-]+){0,3}?"
+_NAMED_LIST = re.compile(
+    rf"\b(?:on|in|from|of)\s+(?:the\s+|my\s+|our\s+)?(?P<name>{_NAME})(?:\s+list)?\s*\??$"
+    rf"|\b(?:the|my|our)\s+(?P<name2>{_NAME})\s+list\s*\??$",
+    re.IGNORECASE,
+)
+
+
 def list_request(text: str) -> ListTasks | None:
     words = _WORD.findall(text.lower())
     if not words:
@@ -89,6 +99,7 @@ def list_request(text: str) -> ListTasks | None:
         priority = "low" if said & _LOW else "high" if said & _HIGH else None
     if question and (due or said & _TOMORROW or urgent_first or priority or "many" in said):
         status = "completed" if status == "completed" else "pending"
+    named = _NAMED_LIST.search(text)
     return ListTasks(
         status,
         due,
@@ -96,4 +107,5 @@ def list_request(text: str) -> ListTasks | None:
         priority=priority,
         urgent_first=urgent_first,
         count="many" in said and words[0] == "how",
+        list=(named["name"] or named["name2"]) if named else None,
     )

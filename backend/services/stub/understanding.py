@@ -19,7 +19,9 @@ from backend.models.task import Priority
 from backend.services.stub import entities
 from backend.services.stub.commands import (
     AddTask,
+    Assign,
     Command,
+    CreateList,
     DeleteTask,
     EmptyTrash,
     Field,
@@ -284,6 +286,21 @@ _SHOW_TRASH = _rx(
 _EMPTY_TRASH = _rx(
     r"(?:empty|clear|purge|clean out|wipe|delete|erase)(?: out)?"
     rf"(?: (?:everything|all) in)? {_TRASH_WORDS}(?: for good| permanently| forever)?"
+)
+# Lists: "make a list called Work", "assign the milk to Sam", "what's in groceries?".
+_CREATE_LIST = _rx(
+    r"(?:make|create|add|start|set up|open)(?: me)?(?: a| another)?(?: new)?(?: shared)? list"
+    r"(?: called| named| titled| for|:)? (?P<name>.+)"
+    r"|new list(?: called| named|:)? (?P<name2>.+)"
+)
+_ASSIGN = _rx(r"(?:assign|hand|give) (?P<ref>.+?) to (?P<who>.+)")
+_UNASSIGN = _rx(r"unassign (?P<ref>.+?)(?: from .+)?")
+_SHOW_LIST = (
+    _rx(r"(?:show|list|open|view|see|read)(?: me)?(?: the| my| our)? (?P<name>.+?) list"),
+    _rx(
+        r"what(?:'s| is| do i have| do we have| have i got)? (?:on|in) (?:the |my |our )?"
+        r"(?P<name>.+?)(?: list)?"
+    ),
 )
 _PLAN_STEPS = (
     _rx(
@@ -768,6 +785,9 @@ def _is_due(match: re.Match[str]) -> Command | None:
 _VERB_RULES: list[tuple[re.Pattern[str], Rule]] = [
     (_UNDO, lambda _: Undo()),
     (_SHOW_TRASH, lambda _: ShowTrash()),
+    (_CREATE_LIST, lambda m: CreateList((m["name"] or m["name2"]).strip(" '\""))),
+    (_UNASSIGN, lambda m: Assign(m["ref"], None)),
+    (_ASSIGN, lambda m: Assign(m["ref"], m["who"].strip(" '\""))),
     (_EMPTY_TRASH, lambda _: EmptyTrash()),
     *((pattern, _restore) for pattern in _RESTORE),
     *((pattern, _plan) for pattern in _PLAN_STEPS),
@@ -793,6 +813,7 @@ _VERB_RULES: list[tuple[re.Pattern[str], Rule]] = [
     (_UPDATE_INCOMPLETE, _ask_what_to_change),
 ]
 _STATE_RULES: list[tuple[re.Pattern[str], Rule]] = [
+    *((pattern, lambda m: ListTasks(list=m["name"])) for pattern in _SHOW_LIST),
     (_CAN_WAIT, _can_wait),
     (_STOPS_REPEATING, _stop_repeat),
     (_REPEATS, _repeat),
@@ -810,12 +831,8 @@ def _update(verb: str, ref: str, new: str) -> Command:
     if verb in _RENAME_VERBS:
         field = "title"
     elif verb in _MOVE_VERBS and field in (None, "due"):
-        field = "due"
-        if not entities.is_date(new) and entities.shift(new) is None:
-            return Say(
-                f'I can move a task to a date like "tomorrow", "Friday" or "2026-12-01", '
-                f"but not {shorten(new)}."
-            )
+        # "move task 3 to friday" is a date; "move task 3 to work", a list (if there is one).
+        field = "due" if entities.is_date(new) or entities.shift(new) is not None else "list"
     if field is None:
         if entities.is_date(new):
             field = "due"

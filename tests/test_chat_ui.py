@@ -7,7 +7,6 @@ import uuid
 from typing import Any
 
 import httpx
-import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.services.ui_stream import UIMessageStream
@@ -623,12 +622,6 @@ async def test_an_idempotent_retry_of_a_card_tells_it_again(
     assert [e[0] for e in await events_of(engine)].count("task.deleted") == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent.begin checks `approvals` (approvals.check: 409, already answered) before it "
-    "looks up the Idempotency-Key, so a retry of an answer is refused instead of replayed; "
-    "/chat does the same",
-)
 async def test_an_idempotent_retry_of_an_answer_tells_it_again(
     agent_client: httpx.AsyncClient, model: FakeOpenAI
 ) -> None:

@@ -165,3 +165,18 @@ async def test_another_users_session_has_nothing_to_undo_here(client: httpx.Asyn
     first = await chat(client, "add buy milk")
     await _undo(client, first["session_id"], user="bob", expect=404)
     assert await task_titles(client) == ["Buy milk"]
+
+
+async def test_a_turn_that_only_purged_is_no_turn_to_undo_and_does_not_block_earlier_ones(
+    client: httpx.AsyncClient,
+) -> None:
+    await client.patch("/api/alice/settings", json={"confirm": "never"}, headers=auth("alice"))
+    old = await make_task(client, user="alice", title="Old thing")
+    await client.delete(f"/api/alice/tasks/{old['id']}", headers=auth("alice"))
+    first = await chat(client, "add buy milk")
+    session = first["session_id"]
+    emptied = await chat(client, "empty the trash", session_id=session)
+    assert emptied["response"] == "Emptied the trash: 1 task deleted for good."
+    undone = await _undo(client, session)  # the turn before: the purge cannot come back
+    assert [c["title"] for c in undone["changes"]] == ["Buy milk"]
+    assert await task_titles(client) == []

@@ -195,14 +195,9 @@ class OpenAIAgentService:
         Without a session id, `chat_id` names the session (see `turns.open_turn`);
         `regenerate` answers the session's last user message again instead of storing one."""
         settings = self._settings
-        if request.approvals and request.session_id is not None:
+        if idempotency_key is None:  # with a key, after it is claimed: a retry replays
             async with self._database.connection(as_user=identity.user_id) as db:
-                await approvals.check(
-                    db,
-                    owner=identity.user_id,
-                    session_id=request.session_id,
-                    answers=request.approvals,
-                )
+                await _check_answers(db, identity, request)
         deadline = time.monotonic() + (
             settings.chat_busy_wait_s if settings.chat_busy_policy == "wait" else 0.0
         )
@@ -276,6 +271,7 @@ class OpenAIAgentService:
                 )
                 if replay is not None:
                     return replay
+                await _check_answers(tx, identity, request)  # a refusal frees the key too
                 opened = await open_turn(tx)
                 if not opened.started:
                     raise _Refused(opened)  # and the key is free again
@@ -382,7 +378,7 @@ class OpenAIAgentService:
             except ModelUnavailable as unavailable:
                 turn.fallback_reason = unavailable.reason
                 if turn.calls:  # tools already ran this turn: do not let the stub redo them
-                    return self._summary(turn), True
+                    return _said(turn, self._summary(turn)), True
                 return await self._answer_with_stub(turn)
             if not reply.tool_calls:
                 return reply.content or self._summary(turn, unreachable=False), False
@@ -405,29 +401,22 @@ class OpenAIAgentService:
                 question = approvals.question([held.summary for held in turn.pending])
                 if reply.content:
                     question = "\n\n" + question
-                for piece in _chunks(question):
-                    turn.send("delta", {"text": piece})
-                return reply.content + question, False
+                return reply.content + _said(turn, question), False
         # Out of tool rounds: ask for a final answer without tools, once.
         try:
             reply = await caller.answer(turn, tool_choice="none")
         except ModelUnavailable as unavailable:
             turn.fallback_reason = unavailable.reason
-            return self._summary(turn), True
+            return _said(turn, self._summary(turn)), True
         final = reply.content if not reply.tool_calls else ""
         return final or self._summary(turn, unreachable=False), False
 
     async def _answer_with_stub(self, turn: Turn) -> tuple[str, bool]:
         if turn.earlier_results:  # the stub would only do the same again: say what was done
-            text = _summary(turn.earlier_results, called=True)
-            for piece in _chunks(text):
-                turn.send("delta", {"text": piece})
-            return text, True
+            return _said(turn, _summary(turn.earlier_results, called=True)), True
         if turn.only_answered or not turn.message:  # a yes or no: say what came of it
-            text = _summary([r.result for r in turn.results], called=bool(turn.results))
-            for piece in _chunks(text):
-                turn.send("delta", {"text": piece})
-            return text, True
+            results = [r.result for r in turn.results]
+            return _said(turn, _summary(results, called=bool(turn.results))), True
         counter = iter(range(1, 1000))
 
         async def call_tool(name: str, arguments: Mapping[str, Any]) -> ToolResult:
@@ -437,9 +426,7 @@ class OpenAIAgentService:
         text = await self._stub.respond(
             turn.message, call_tool=call_tool, name=turn.tools.name, history=turn.history
         )
-        for piece in _chunks(text):
-            turn.send("delta", {"text": piece})
-        return text, True
+        return _said(turn, text), True
 
     async def _call_tool(
         self, turn: Turn, call_id: str, name: str, arguments: str | dict[str, Any]
@@ -585,8 +572,17 @@ class OpenAIAgentService:
                 parsed = turn.tools.parse(taken.name, taken.arguments)
                 result = parsed if isinstance(parsed, dict) else await turn.tools.run(db, parsed)
             else:
-                result = approvals.denied(reason) if state == "denied" else approvals.expired()
-            answer = {"id": approval_id, "approved": state == "approved", "reason": reason}
+                result = (
+                    approvals.denied(taken, reason)
+                    if state == "denied"
+                    else approvals.expired(taken)
+                )
+            answer = {
+                "id": approval_id,
+                "approved": state == "approved",
+                "reason": reason,
+                "summary": taken.summary,
+            }
             await approvals.settle(
                 connection, session_id=turn.session_id, taken=taken, result=result, approval=answer
             )
@@ -865,6 +861,22 @@ def _arguments(arguments: str | dict[str, Any]) -> dict[str, Any] | str:
     return parsed if isinstance(parsed, dict) else arguments
 
 
+async def _check_answers(db: AsyncConnection, identity: Identity, request: ChatRequest) -> None:
+    """Refuse answers to held calls that cannot be taken (409, another user's 404) before
+    anything of the request is stored."""
+    if request.approvals and request.session_id is not None:
+        await approvals.check(
+            db, owner=identity.user_id, session_id=request.session_id, answers=request.approvals
+        )
+
+
+def _said(turn: Turn, text: str) -> str:
+    """A reply the service wrote itself, streamed as a model's would be."""
+    for piece in _chunks(text):
+        turn.send("delta", {"text": piece})
+    return text
+
+
 def _replace_result(messages: list[ChatCompletionMessageParam], call_id: str, result: Any) -> None:
     """The model's copy of a held call's result, now that it is answered."""
     for message in messages:
@@ -914,4 +926,8 @@ def _describe(result: dict[str, Any]) -> str:
         return f"{status.capitalize()} task {todo.get('number')}: {todo.get('title')}."
     if status == "deleted":
         return f"Deleted task {result.get('number')}: {result.get('title')}."
+    if status in (approvals.DENIED, approvals.EXPIRED) and result.get("summary"):
+        summary = str(result["summary"])
+        why = "you said no" if status == approvals.DENIED else "nobody answered in time"
+        return f"Did not {summary[:1].lower()}{summary[1:]}: {why}."
     return ""

@@ -52,7 +52,7 @@ _TAKE = text(
     UPDATE approvals SET state = :state, reason = :reason, answered_at = now()
     WHERE id = :id AND user_id = :owner AND session_id = :session AND state = 'pending'
       AND (expires_at > now() OR :state = 'expired')
-    RETURNING message_id, tool_call_id, name, arguments
+    RETURNING message_id, tool_call_id, name, arguments, summary
     """
 )
 # The call's result takes the place of the placeholder in the record of the turn that
@@ -147,6 +147,7 @@ class Taken:
     tool_call_id: str
     name: str
     arguments: dict[str, Any]
+    summary: str
 
 
 async def take(
@@ -174,7 +175,9 @@ async def take(
     ).one_or_none()
     if row is None:
         return None
-    return Taken(approval_id, row.message_id, row.tool_call_id, row.name, dict(row.arguments))
+    return Taken(
+        approval_id, row.message_id, row.tool_call_id, row.name, dict(row.arguments), row.summary
+    )
 
 
 async def settle(
@@ -215,18 +218,20 @@ async def held_calls(
     return {row.id: HeldCall(row.summary, dict(row.arguments)) for row in rows}
 
 
-def denied(reason: str | None) -> dict[str, Any]:
+def denied(taken: Taken, reason: str | None) -> dict[str, Any]:
     """What the agent is told of a call the person said no to."""
     return {
         "status": DENIED,
+        "summary": taken.summary,
         "reason": reason or "The person said no.",
         "note": "Nothing was changed. Do not try this again unless the person asks for it.",
     }
 
 
-def expired() -> dict[str, Any]:
+def expired(taken: Taken) -> dict[str, Any]:
     return {
         "status": EXPIRED,
+        "summary": taken.summary,
         "note": "The person did not answer in time; nothing was changed. Ask again if needed.",
     }
 

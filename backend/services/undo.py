@@ -26,9 +26,10 @@ _SESSION = text(
     "SELECT lease_owner, lease_expires_at > now() AS leased FROM agent_sessions"
     " WHERE id = :session AND user_id = :owner FOR UPDATE"
 )
+# A turn that only purged from the trash changed nothing that can come back: not one to undo.
 _LAST_TURN = text(
     "SELECT message_id FROM task_changes WHERE session_id = :session AND undone_at IS NULL"
-    " AND message_id IS DISTINCT FROM :besides ORDER BY id DESC LIMIT 1"
+    " AND action <> 'purged' AND message_id IS DISTINCT FROM :besides ORDER BY id DESC LIMIT 1"
 )
 _CHANGES = text(
     "SELECT task_id, action, before, after FROM task_changes"
@@ -77,7 +78,7 @@ async def record_turn(db: AsyncConnection, *, session_id: uuid.UUID, message_id:
 @dataclass(slots=True)
 class _Touched:
     """A task the turn changed: as it was before the turn (None: created by it), and as
-    the turn left it."""
+    the turn left it (None: it purged it, for good)."""
 
     task_id: uuid.UUID
     before: dict[str, Any] | None
@@ -110,7 +111,9 @@ async def undo_last_turn(
     ).scalar_one_or_none()
     if message_id is None:
         raise NothingToUndo()
-    touched = _touched((await connection.execute(_CHANGES, {"message": message_id})).all())
+    everything = _touched((await connection.execute(_CHANGES, {"message": message_id})).all())
+    touched = [t for t in everything if t.after is not None]
+    gone = [t for t in everything if t.after is None]  # the turn purged them: for good
     ids = [t.task_id for t in touched]
     found = await connection.execute(_TASKS_NOW, {"ids": ids, "owner": owner})
     now = {task.id: task for task in found.all()}
@@ -133,7 +136,8 @@ async def undo_last_turn(
         )
     await connection.execute(_DONE, {"message": message_id})
     changes.reverse()
-    return UndoResult(message_id=message_id, changes=changes, summary=summary(changes))
+    lost = [str((t.before or {}).get("title") or "") for t in gone]
+    return UndoResult(message_id=message_id, changes=changes, summary=summary(changes, lost))
 
 
 def _touched(rows: Sequence[Any]) -> list[_Touched]:
@@ -195,7 +199,12 @@ _VERBS: dict[UndoAction, str] = {
 }
 
 
-def summary(changes: list[UndoChange]) -> str:
-    """The undo in one sentence: "Undone: removed task 5 “Milk” (to the trash); ..."."""
+def summary(changes: list[UndoChange], lost: Sequence[str] = ()) -> str:
+    """The undo in one sentence: "Undone: removed task 5 “Milk” (to the trash); ...", and
+    what that turn deleted for good, which cannot come back."""
     done = "; ".join(_VERBS[c.action].format(n=c.number, t=c.title) for c in changes)
-    return f"Undone: {done}."
+    said = f"Undone: {done}." if done else "Nothing of that turn could be taken back."
+    if lost:
+        said += " Deleted for good, and not coming back: " + ", ".join(f"“{t}”" for t in lost)
+        said += "."
+    return said

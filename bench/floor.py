@@ -80,12 +80,12 @@ _HISTORY = """
     SELECT role, content, tool_calls, tool_results FROM agent_messages
     WHERE session_id = $1 AND user_id = $2 ORDER BY seq DESC LIMIT $3
 """
+# Into the user's Inbox; the database numbers it (migration 0007's trigger), read after.
 _ADD_TODO = """
-    WITH n AS (UPDATE users SET task_seq = task_seq + 1 WHERE id = $2 RETURNING task_seq)
-    INSERT INTO tasks (id, user_id, number, title, created_at, updated_at)
-    SELECT $1, $2, n.task_seq, $3, now(), now() FROM n
-    RETURNING number
+    INSERT INTO tasks (id, list_id, created_by, title, created_at, updated_at)
+    SELECT $1, l.id, $2, $3, now(), now() FROM lists AS l WHERE l.owner_id = $2 AND l.inbox
 """
+_NUMBER = "SELECT number FROM task_numbers WHERE task_id = $1 AND user_id = $2"
 _FINISH = """
     WITH reply AS (
         INSERT INTO agent_messages (id, session_id, user_id, role, content, tool_calls,
@@ -407,8 +407,9 @@ class Floor:
         if name != "add_todo" or not isinstance(title, str) or not 1 <= len(title) <= 200:
             return {"status": "error", "error": "The floor only adds todos."}
         task_id = uuid.uuid4()
-        async with self.pool.acquire() as connection:
-            number = await connection.fetchval(_ADD_TODO, task_id, owner, title)
+        async with self.pool.acquire() as connection, connection.transaction():
+            await connection.execute(_ADD_TODO, task_id, owner, title)
+            number = await connection.fetchval(_NUMBER, task_id, owner)
         todo = {"id": str(task_id), "number": number, "title": title, "completed": False}
         return {"status": "created", "todo": todo}
 

@@ -186,9 +186,20 @@ class Seeder:
         return asyncio.run(fetch())
 
     def users(self, ids: Sequence[str]) -> None:
+        """The users, each with their Inbox (as the service makes them on first sight)."""
         self.run(
             "INSERT INTO users (id, name) SELECT id, 'Bench ' || id FROM unnest($1::text[]) AS id "
             "ON CONFLICT (id) DO NOTHING",
+            list(ids),
+        )
+        self.run(
+            "INSERT INTO lists (id, owner_id, name, inbox) SELECT gen_random_uuid(), id, 'Inbox',"
+            " true FROM unnest($1::text[]) AS id ON CONFLICT (owner_id) WHERE inbox DO NOTHING",
+            list(ids),
+        )
+        self.run(
+            "INSERT INTO list_members (list_id, user_id, role) SELECT id, owner_id, 'owner'"
+            " FROM lists WHERE inbox AND owner_id = ANY($1::text[]) ON CONFLICT DO NOTHING",
             list(ids),
         )
 
@@ -227,25 +238,44 @@ class Seeder:
         self.run("VACUUM ANALYZE agent_messages")
         return ids
 
-    def tasks(self, owner: str, count: int) -> None:
+    def tasks(self, owner: str, count: int, *, lists: int = 1) -> None:
+        """`count` tasks of `owner`'s, spread over their Inbox and `lists - 1` more lists of
+        their own (the database numbers them for every member, as the service's do)."""
         self.run(
             """
-            INSERT INTO tasks (id, user_id, number, title, description, priority, tags,
+            INSERT INTO lists (id, owner_id, name)
+            SELECT gen_random_uuid(), $1, 'Seeded list ' || n FROM generate_series(2, $2) AS n
+            """,
+            owner,
+            lists,
+        )
+        self.run(
+            "INSERT INTO list_members (list_id, user_id, role) SELECT id, owner_id, 'owner'"
+            " FROM lists WHERE owner_id = $1 AND NOT inbox",
+            owner,
+        )
+        self.run(
+            """
+            INSERT INTO tasks (id, list_id, created_by, title, description, priority, tags,
                                due_at, completed)
-            SELECT gen_random_uuid(), $1, n, 'Seeded task ' || n,
+            SELECT gen_random_uuid(), l.id, $1, 'Seeded task ' || n,
                    CASE WHEN n % 3 = 0 THEN 'Some details about task ' || n END,
                    (ARRAY['low', 'medium', 'high'])[n % 3 + 1],
                    ARRAY['home', 'work'],
                    now() + (n % 40 - 10) * interval '1 day',
                    n % 4 = 0
-            FROM generate_series(1, $2) AS n
+            FROM generate_series(1, $2) AS n,
+                 LATERAL (SELECT id FROM lists WHERE owner_id = $1
+                          ORDER BY inbox DESC, name OFFSET n % $3 LIMIT 1) AS l
+            ORDER BY n
             """,
             owner,
             count,
+            lists,
         )
-        self.run("UPDATE users SET task_seq = $2 WHERE id = $1", owner, count)
         # As autovacuum would have by now: the visibility map lets counts use the index alone.
         self.run("VACUUM ANALYZE tasks")
+        self.run("VACUUM ANALYZE task_numbers")
 
     def server_version(self) -> str:
         return str(self.fetch("SHOW server_version")[0][0])

@@ -95,7 +95,7 @@ class History:
 @dataclass(frozen=True)
 class TaskList:
     few: Latency  # a user with 10 tasks
-    many: Latency  # a user with 10,000 tasks
+    many: Latency  # a member of 20 lists with 10,000 tasks
 
 
 @dataclass(frozen=True)
@@ -212,8 +212,8 @@ def evaluate(results: Results, *, slow_model_ms: int) -> list[Target]:
             Target(
                 "SQL statements per no-tool turn, at any history length",
                 detail,
-                "<= 6, and equal",
-                worst <= 6 and same,
+                "<= 2, and equal",
+                worst <= 2 and same,
             )
         )
 
@@ -241,6 +241,16 @@ def evaluate(results: Results, *, slow_model_ms: int) -> list[Target]:
                 f"model {stream.model_first_chunk.p50:.1f} ms)",
                 "<= 20 ms",
                 stream.overhead.p50 <= 20,
+            )
+        )
+
+    if (tasks := results.tasks) is not None:
+        targets.append(
+            Target(
+                "task list of a member of 20 lists with 10,000 tasks (p50)",
+                f"{tasks.many.p50:.1f} ms",
+                "< 20 ms",
+                tasks.many.p50 < 20,
             )
         )
 
@@ -428,7 +438,7 @@ def markdown(results: Results) -> str:
             "| user's tasks | p50 / p95 / p99 ms | n |",
             "| ---: | ---: | ---: |",
             f"| 10 | {t.few.triple()} | {t.few.n} |",
-            f"| 10,000 | {t.many.triple()} | {t.many.n} |",
+            f"| 10,000 in 20 lists | {t.many.triple()} | {t.many.n} |",
             f"| ratio (p50) | {_ratio(t.many.p50, t.few.p50)} | |",
         ]
 

@@ -91,6 +91,21 @@ EXPECTED: dict[str, list[str | tuple[str, int]]] = {
     ],
     "docs/mcp.md": ['"isError":false', '"name":"add_todo"', '"resource":"http://localhost:'],
     "docs/web-and-terminal.md": ["Added task 1: Buy milk."],
+    "docs/approvals-and-undo.md": [
+        "deleted: 204",
+        '"deleted_at":"',
+        '"title":"Plan the party"',
+        '"action":"removed"',
+        "Nothing to undo in this session.",
+        "Delete task 6 “Buy milk”? Reply yes to go ahead, or no to leave it.",
+        "Here is what I did: Deleted task 6: Buy milk.",
+    ],
+    "docs/lists-and-sharing.md": [
+        '"role":"editor"',
+        "Added task 1: Milk",
+        '"title":"Milk"',
+        '"role":"owner"',
+    ],
     "docs/operations.md": ['"status":"ok"', '"migrations":"at head"', 'route="/health"'],
 }
 

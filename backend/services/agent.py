@@ -195,7 +195,7 @@ class OpenAIAgentService:
         Without a session id, `chat_id` names the session (see `turns.open_turn`);
         `regenerate` answers the session's last user message again instead of storing one."""
         settings = self._settings
-        if idempotency_key is None:  # with a key, after it is claimed: a retry replays
+        if request.approvals and idempotency_key is None:  # with a key: once it is claimed
             async with self._database.connection(as_user=identity.user_id) as db:
                 await _check_answers(db, identity, request)
         deadline = time.monotonic() + (

@@ -126,7 +126,13 @@ class Task(SQLModel, table=True):
 
     __tablename__ = "tasks"
     __table_args__ = (
-        Index("ix_tasks_list_status_due", "list_id", "completed", "due_at"),
+        Index(  # live tasks by state and due date; a reader's count is read from it alone
+            "ix_tasks_list_status_due",
+            "list_id",
+            "completed",
+            "due_at",
+            postgresql_where=text("deleted_at IS NULL"),
+        ),
         CheckConstraint("priority IN ('low', 'medium', 'high')", name="ck_tasks_priority"),
         # A step is in its parent's list: the foreign key says so, with the list in it, and
         # moving the task moves its steps (ON UPDATE CASCADE). Deleting a task deletes its

@@ -24,11 +24,13 @@ from sqlalchemy import (
     delete,
     func,
     or_,
+    true,
     tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.orm import aliased
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -132,20 +134,19 @@ def _number(user: str) -> Label[int]:
     )
 
 
-def _progress(*, trashed_with: bool = False) -> tuple[Label[int], Label[int]]:
-    """The steps_done and steps_total of the task row of the enclosing statement (one index
-    range each, on (list_id, parent_id)): its live steps, or (`trashed_with`) those that
-    went to the trash with it, which restoring it brings back."""
+def _progress(*, task: Any = Task, trashed_with: bool = False) -> tuple[Label[int], Label[int]]:
+    """The steps_done and steps_total of the task row (`task`, the table or an alias of it)
+    of the enclosing statement (one index range each, on (list_id, parent_id)): its live
+    steps, or (`trashed_with`) those that went to the trash with it, which restoring it
+    brings back."""
     alongside = (
-        _STEPS.c.deleted_at == col(Task.deleted_at)
-        if trashed_with
-        else _STEPS.c.deleted_at.is_(None)
+        _STEPS.c.deleted_at == task.deleted_at if trashed_with else _STEPS.c.deleted_at.is_(None)
     )
     steps = (
         select(func.count())
         .select_from(_STEPS)
-        .where(_STEPS.c.list_id == col(Task.list_id), _STEPS.c.parent_id == col(Task.id), alongside)
-        .correlate(Task)
+        .where(_STEPS.c.list_id == task.list_id, _STEPS.c.parent_id == task.id, alongside)
+        .correlate(task)
     )
     return (
         steps.where(_STEPS.c.completed).scalar_subquery().label("steps_done"),
@@ -392,24 +393,43 @@ def _conditions(user: str, filters: TaskFilters, tz: ZoneInfo) -> list[ColumnEle
     return conditions
 
 
+# Filters under which few of a reader's tasks may match, too few to find by walking them all.
+_NARROWING = {"q", "priority", "tag", "due", "parent", "list", "assignee"}
+
+
 async def list_tasks(
     *, db: AsyncSession, user: str, filters: TaskFilters, tz: ZoneInfo | None = None
 ) -> TasksPublic:
     """One page in the reader's number order, with the total count of matches."""
     tz = await _zone(db=db, user=user, tz=tz, needed=filters.due in ("today", "week"))
     conditions = _conditions(user, filters, tz)
-    # Walked in the reader's number order (their task_numbers index), each task by its key.
-    page = (
-        select(Task, col(TaskNumber.number), *_progress())
-        .join(
+    narrowed = filters.model_dump(include=_NARROWING, exclude_none=True)
+    if not narrowed:
+        # Most of the reader's tasks match (all of them, or those pending or done): walked
+        # in the reader's number order (their task_numbers index), each task by its key,
+        # until the page is full. The walk is kept from being flattened into a join (OFFSET
+        # 0): the planner, which cannot see through row-level security how many tasks each
+        # of the reader's lists holds, would rather read them all and sort them.
+        reached = (
+            select(Task)
+            .where(col(Task.id) == col(TaskNumber.task_id), *conditions)
+            .offset(0)
+            .lateral("task")
+        )
+        task: Any = aliased(Task, reached)
+        page = (
+            select(task, col(TaskNumber.number), *_progress(task=task))
+            .select_from(TaskNumber)
+            .join(reached, true())
+            .where(col(TaskNumber.user_id) == user)
+        )
+    else:  # fewer match (a search, a list, a due date...): read them, then sort them
+        page = select(Task, col(TaskNumber.number), *_progress()).join(
             TaskNumber,
             and_(col(TaskNumber.task_id) == col(Task.id), col(TaskNumber.user_id) == user),
         )
-        .where(*conditions)
-        .order_by(col(TaskNumber.number))
-        .limit(filters.limit)
-        .offset(filters.offset)
-    )
+        page = page.where(*conditions)
+    page = page.order_by(col(TaskNumber.number)).limit(filters.limit).offset(filters.offset)
     rows = list((await db.exec(page)).all())
     if filters.offset == 0 and len(rows) < filters.limit:
         total = len(rows)  # the whole result is on this page

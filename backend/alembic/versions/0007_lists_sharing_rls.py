@@ -404,29 +404,29 @@ $$
 # -- a chat turn's two statements, as functions that name their acting user first --------
 
 # The latest `want` messages of a session, newest first walked back by index probes (see
-# backend/services/turns.py), oldest first in the answer.
+# backend/services/turns.py), oldest first in the answer. Every message, the newest too, is
+# found by the same probe (the one before a number, from a start past any number): its
+# plan cannot read the whole session, as `ORDER BY seq DESC LIMIT 1` alone may on a
+# generic plan that guesses one row of the session is the user's (tests/test_sql_budget.py).
 _HISTORY = """
 CREATE FUNCTION todo_history(session uuid, want integer) RETURNS json
 LANGUAGE sql STABLE AS $$
     SELECT COALESCE(json_agg(h ORDER BY h.seq), '[]') FROM (
         WITH RECURSIVE back AS (
-            SELECT 1 AS n, seq, id, role, content, tool_calls, tool_results
-            FROM agent_messages
-            WHERE session_id = session AND want > 0
-              AND seq = (SELECT max(seq) FROM agent_messages WHERE session_id = session)
+            SELECT 0 AS n, 9223372036854775807::bigint AS seq, (NULL::agent_messages).id,
+                   (NULL::agent_messages).role, (NULL::agent_messages).content,
+                   (NULL::agent_messages).tool_calls, (NULL::agent_messages).tool_results
             UNION ALL
             SELECT back.n + 1, earlier.*
             FROM back, LATERAL (
                 SELECT seq, id, role, content, tool_calls, tool_results
                 FROM agent_messages
-                WHERE session_id = session
-                  AND seq = (SELECT max(seq) FROM agent_messages
-                             WHERE session_id = session AND seq < back.seq)
-                LIMIT 1
+                WHERE session_id = session AND seq < back.seq
+                ORDER BY seq DESC LIMIT 1
             ) AS earlier
             WHERE back.n < want
         )
-        SELECT seq, id, role, content, tool_calls, tool_results FROM back
+        SELECT seq, id, role, content, tool_calls, tool_results FROM back WHERE n > 0
     ) AS h
 $$
 """
@@ -786,7 +786,14 @@ def _tasks() -> None:
         ondelete="CASCADE",
         onupdate="CASCADE",
     )
-    op.create_index("ix_tasks_list_status_due", "tasks", ["list_id", "completed", "due_at"])
+    # Live tasks only: every read of a list's tasks by state or due date is of live ones,
+    # and a count of a reader's tasks is read from it alone (an index-only scan).
+    op.create_index(
+        "ix_tasks_list_status_due",
+        "tasks",
+        ["list_id", "completed", "due_at"],
+        postgresql_where=sa.text("deleted_at IS NULL"),
+    )
     op.create_index("ix_tasks_list_parent", "tasks", ["list_id", "parent_id"])
     op.create_index(
         "ix_tasks_list_trash",

@@ -12,7 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend import metrics
 from tests.chat_helpers import chat
-from tests.fake_openai import FakeOpenAI
+from tests.conftest import auth
+from tests.factories import make_task
+from tests.fake_openai import FakeOpenAI, call, reply, tool_calls
 
 
 def _statements() -> float:
@@ -105,3 +107,28 @@ async def test_the_history_read_does_not_grow_with_the_session_whatever_the_plan
         await connection.close()
     # A probe for each of the `limit` messages, and one for the newest's number.
     assert _rows_read(explained["Plan"], "agent_messages") <= 2 * limit + 1
+
+
+async def _statements_of(coroutine: Any) -> tuple[float, Any]:
+    before = _statements()
+    answered = await coroutine
+    return _statements() - before, answered
+
+
+async def test_holding_a_call_costs_one_statement_more_than_running_it(
+    agent_client: httpx.AsyncClient, model: FakeOpenAI
+) -> None:
+    """The same delete, run at once (the setting `never`) and held for a yes (`deletes`):
+    the turn that asks costs one statement more than the turn that runs it."""
+    for title in ("Buy milk", "Call mom"):
+        await make_task(agent_client, user="alice", title=title)
+    costs = {}
+    for confirm, todo_id in (("never", "1"), ("deletes", "2")):
+        settings = {"confirm": confirm}
+        await agent_client.patch("/api/alice/settings", json=settings, headers=auth("alice"))
+        model.script(
+            tool_calls(call("delete_todo", {"todo_id": todo_id}, id="call_del")), reply("Done.")
+        )
+        costs[confirm], answered = await _statements_of(chat(agent_client, "delete it"))
+    assert answered["pending_approvals"], answered  # the second turn asked
+    assert costs["deletes"] <= costs["never"] + 1, costs

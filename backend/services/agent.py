@@ -488,32 +488,21 @@ class OpenAIAgentService:
             tried = await turn.tools.tried(db, parsed)
             if tried.get("status") == "error":
                 return None
-            connection = await db.connection()
             pending = await approvals.hold(
-                connection,
-                owner=turn.owner,
-                session_id=turn.session_id,
-                message_id=turn.assistant_message_id,
-                tool_call_id=call.id,
-                name=parsed.name,
-                arguments=parsed.model_dump(mode="json", exclude_none=True),
-                summary=approval_summary(parsed.name, tried),
-                ttl_s=self._settings.agent_approval_ttl_s,
-            )
-            result = approvals.placeholder(pending)
-            await turns.record_tool_call(
-                connection,
+                await db.connection(),
                 owner=turn.owner,
                 session_id=turn.session_id,
                 message_id=turn.assistant_message_id,
                 call=call.model_dump(mode="json"),
-                result={"tool_call_id": call.id, "name": call.name, "result": result},
+                arguments=parsed.model_dump(mode="json", exclude_none=True),
+                summary=approval_summary(parsed.name, tried),
+                ttl_s=self._settings.agent_approval_ttl_s,
             )
         metrics.record_approval(parsed.name, "held")
         turn.calls.append(call)
         turn.pending.append(pending)
         turn.send("approval_request", pending.model_dump(mode="json"))
-        return result
+        return approvals.placeholder(pending)
 
     async def _take_answers(self, turn: Turn) -> None:
         """Answer the session's held calls as the request says: explicitly (`approvals`),

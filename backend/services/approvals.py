@@ -2,7 +2,7 @@
 instead of run, and runs only when they say yes.
 
 hold     store the call as pending (unguessable id, bound to the user, the session, the
-         turn's message and the exact call), in the transaction that records the call;
+         turn's message and the exact call) and record it in the turn, one statement;
 check    an answer that names an unknown, answered, expired or other session's approval is
          409, another user's 404 (before anything of the request is stored);
 take     the answer: one conditional UPDATE ... WHERE state = 'pending' RETURNING, so two
@@ -26,18 +26,26 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.errors import ApprovalNotFound, ApprovalNotPending
 from backend.models.approval import ApprovalAnswer, PendingApproval
+from backend.services.turns import RECORD_TOOL_CALL
 
 # The `status` of a held call's result: until it is answered, and when it was not run.
 PENDING, DENIED, EXPIRED = "pending_approval", "denied", "expired"
 
-_HOLD = text(
-    """
-    INSERT INTO approvals (id, user_id, session_id, message_id, tool_call_id, name,
-                           arguments, summary, expires_at)
-    VALUES (:id, :owner, :session, :message, :call, :name, :arguments, :summary,
-            now() + make_interval(secs => :ttl_s))
-    """
-).bindparams(bindparam("arguments", type_=JSONB))
+# One statement: the approval, and the call in the turn's record with its placeholder
+# result (the record as turns.record_tool_call writes it).
+_HELD = """
+    WITH held AS (
+        INSERT INTO approvals (id, user_id, session_id, message_id, tool_call_id, name,
+                               arguments, summary, expires_at)
+        VALUES (:id, :owner, :session, :message, :call, :name, :arguments, :summary,
+                now() + make_interval(secs => :ttl_s))
+    )
+"""
+_HOLD = text(_HELD + RECORD_TOOL_CALL).bindparams(
+    bindparam("arguments", type_=JSONB),
+    bindparam("calls", type_=JSONB),
+    bindparam("results", type_=JSONB),
+)
 _LOOK_UP = text(
     "SELECT id, user_id, session_id, state, expires_at <= now() AS expired"
     " FROM approvals WHERE id = ANY(:ids)"
@@ -82,34 +90,38 @@ async def hold(
     owner: str,
     session_id: uuid.UUID,
     message_id: uuid.UUID,
-    tool_call_id: str,
-    name: str,
+    call: dict[str, Any],
     arguments: dict[str, Any],
     summary: str,
     ttl_s: float,
 ) -> PendingApproval:
-    approval_id = new_id()
+    """Store `call` (its id and name; `arguments` as parsed) for the person's answer, and
+    record it in the turn's message with a placeholder result."""
+    approval = PendingApproval(
+        id=new_id(),
+        tool_call_id=call["id"],
+        name=call["name"],
+        arguments=arguments,
+        summary=summary[:500],
+    )
+    result = {"tool_call_id": call["id"], "name": call["name"], "result": placeholder(approval)}
     await db.execute(
         _HOLD,
         {
-            "id": approval_id,
+            "id": approval.id,
             "owner": owner,
             "session": session_id,
             "message": message_id,
-            "call": tool_call_id,
-            "name": name,
+            "call": approval.tool_call_id,
+            "name": approval.name,
             "arguments": arguments,
-            "summary": summary[:500],
+            "summary": approval.summary,
             "ttl_s": ttl_s,
+            "calls": [call],
+            "results": [result],
         },
     )
-    return PendingApproval(
-        id=approval_id,
-        tool_call_id=tool_call_id,
-        name=name,
-        arguments=arguments,
-        summary=summary,
-    )
+    return approval
 
 
 def placeholder(approval: PendingApproval) -> dict[str, Any]:

@@ -113,16 +113,17 @@ _RELEASE_LEASE = text(
 )
 
 # The turn's assistant message is created by its first tool call and grows with each one.
-_RECORD_TOOL_CALL = text(
-    """
+RECORD_TOOL_CALL = """
     INSERT INTO agent_messages
         (id, session_id, user_id, role, tool_calls, tool_results, created_at)
     VALUES (:message, :session, :owner, 'assistant', :calls, :results, clock_timestamp())
     ON CONFLICT (id) DO UPDATE SET
         tool_calls = agent_messages.tool_calls || EXCLUDED.tool_calls,
         tool_results = agent_messages.tool_results || EXCLUDED.tool_results
-    """
-).bindparams(bindparam("calls", type_=JSONB), bindparam("results", type_=JSONB))
+"""
+_RECORD_TOOL_CALL = text(RECORD_TOOL_CALL).bindparams(
+    bindparam("calls", type_=JSONB), bindparam("results", type_=JSONB)
+)
 
 # The end of a turn, one statement: the database function `todo_finish_turn` (migration
 # 0007): the user's daily tokens, the reply (completing the tool-call record if there is

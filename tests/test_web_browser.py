@@ -1162,11 +1162,25 @@ async def test_lists_are_made_renamed_filled_moved_and_deleted_from_the_sidebar(
 
 async def test_an_invite_link_that_cannot_be_used_says_why(person: Person) -> None:
     page = person.page
-    made = await person.api("POST", "/lists", json={"name": "Garden"})
-    invited = await person.api("POST", f"/lists/{made.json()['id']}/invitations", json={})
-    await page.goto(f"{person.server.url}/#invite={invited.json()['token']}")
+    assert (await person.api("POST", "/lists", json={"name": "Garden"})).status_code == 201
+    await page.reload()
+    await page.locator("#list-nav").get_by_role("button", name=re.compile("^Garden")).click()
+    await page.get_by_role("button", name="Share", exact=True).click()
+    dialog = page.get_by_role("dialog", name="Share “Garden”")
+    own = await _invite_link(dialog, "editor")
+    await dialog.get_by_role("button", name="Copy").click()
+    await expect(dialog.get_by_role("status")).to_have_text(re.compile(r"^(Copied|Selected)"))
+    revoked = await _invite_link(dialog, "viewer")
+    await dialog.get_by_role("button", name="Revoke link").click()
+    await expect(dialog.get_by_role("status")).to_have_text("Link revoked: it no longer works.")
+    await expect(dialog.get_by_label("Invite link")).to_be_hidden()
+    await expect(dialog.get_by_role("button", name="Create invite link")).to_be_focused()
+    await page.keyboard.press("Escape")
+    await expect(page.get_by_role("button", name="Share", exact=True)).to_be_focused()
+
+    await page.goto(own)
     await expect(page.locator("#notices")).to_contain_text("is for your own list")
-    await page.goto(f"{person.server.url}/#invite=not-a-real-secret")
+    await page.goto(revoked)
     await expect(page.locator("#notices")).to_contain_text(
         "That invite link does not work: it was used already, revoked, or has expired."
     )

@@ -1305,13 +1305,14 @@ async function revokeInvitation() {
   }
 }
 
-async function copyInvitation() {
-  $("#invite-url").select();
+/** A link in a read-only box to the clipboard; where the browser refuses, it stays selected. */
+async function copyField(input, status, copied) {
+  input.select();
   try {
-    await navigator.clipboard.writeText($("#invite-url").value);
-    $("#share-status").textContent = "Copied: send it to the person you invite.";
+    await navigator.clipboard.writeText(input.value);
+    status.textContent = copied;
   } catch {
-    $("#share-status").textContent = "Selected: copy it with Ctrl+C (⌘C).";
+    status.textContent = "Selected: copy it with Ctrl+C (⌘C).";
   }
 }
 
@@ -1333,7 +1334,9 @@ function startLists() {
   $("#leave-list").addEventListener("click", () => leaveList(listOf(state.listId)));
   $("#edit-list").addEventListener("change", () => fillAssignees($("#edit-list").value, $("#edit-assignee").value));
   $("#invite-create").addEventListener("click", createInvitation);
-  $("#invite-copy").addEventListener("click", copyInvitation);
+  $("#invite-copy").addEventListener("click", () =>
+    copyField($("#invite-url"), $("#share-status"), "Copied: send it to the person you invite."),
+  );
   $("#invite-revoke").addEventListener("click", revokeInvitation);
   $("#share-close").addEventListener("click", () => $("#share").close());
   $("#share").addEventListener("close", () => {

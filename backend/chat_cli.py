@@ -38,8 +38,9 @@ from backend.settings import ConfigError, Settings
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 HELP = (
-    "/tasks  your tasks · /trash  deleted ones · /restore N · /undo  take back the last change"
-    " · /sessions  past chats · /open ID  continue one · /settings · /new · /quit"
+    "/tasks  your tasks · /lists  your lists · /list NAME  one list's tasks · /trash  deleted"
+    " ones · /restore N · /undo  take back the last change · /sessions  past chats · /open ID"
+    "  continue one · /settings · /new · /quit"
 )
 Event = Callable[[str, dict[str, Any]], None]
 # Longer than the service's keep-alive interval (15 s): a silent stream is a dead one.
@@ -127,6 +128,8 @@ def _problem(response: httpx.Response) -> ChatError:
     }.get(response.status_code)
     if response.status_code == 409:  # the service says which: a busy chat, nothing to undo...
         message = detail if isinstance(detail, str) else "This chat is busy; try again soon."
+    if response.status_code == 403 and isinstance(detail, str):
+        message = detail  # a viewer's write says which list and role
     if message is None:
         text = detail if isinstance(detail, str) else json.dumps(detail)
         message = f"The service answered {response.status_code}: {text}"
@@ -153,6 +156,7 @@ class Service:
     """The public API, as this user."""
 
     def __init__(self, url: str, who: Credentials) -> None:
+        self.user_id = who.user_id
         self.root = f"/api/{who.user_id}"
         self.http = httpx.Client(
             base_url=url.rstrip("/"),
@@ -229,9 +233,19 @@ class Service:
         result: dict[str, Any] = self._send("POST", f"/tasks/{ref}/restore")
         return result
 
-    def tasks(self) -> dict[str, Any]:
-        params = {"limit": 100, "top_level": "true"}
+    def tasks(self, list_id: str | None = None) -> dict[str, Any]:
+        """The top-level tasks: all of them, or one list's."""
+        params = {"limit": 100, "top_level": "true"} | ({"list": list_id} if list_id else {})
         result: dict[str, Any] = self._send("GET", "/tasks", params=params)
+        return result
+
+    def lists(self) -> list[dict[str, Any]]:
+        """The user's lists (the Inbox first) and those shared with them, with their role."""
+        result: list[dict[str, Any]] = self._send("GET", "/lists")["data"]
+        return result
+
+    def members(self, list_id: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._send("GET", f"/lists/{list_id}/members")["data"]
         return result
 
     def task(self, task_id: str) -> dict[str, Any]:
@@ -265,6 +279,10 @@ def activity(call: dict[str, Any], result: dict[str, Any] | None) -> str:
     }
     status = outcome.get("status")
     held = call.get("summary") or call.get("name")  # a held call, as it was asked about
+    if status == "created" and "list" in outcome:
+        return f"Made the list “{outcome['list']['name']}”"
+    if "lists" in outcome:
+        return f"Listed your {len(outcome['lists'])} lists"
     if status in done:
         return f"{done[status]} task {todo.get('number')}: {todo.get('title')}"
     if status == "deleted":
@@ -389,46 +407,84 @@ class Chat:
         task = self.service.restore(ref.removeprefix("#"))
         self.info.print(Text(f"Restored task {task['number']}: {task['title']}"))
 
-    def show_tasks(self) -> None:
-        page = self.service.tasks()
-        if not page["data"]:
-            self.info.print("No tasks yet.")
-            return
-        table = Table(
-            "#",
-            "task",
-            "steps",
-            "due",
-            "repeats",
-            "reminder",
-            "priority",
-            "done",
-            title=f"your tasks ({page['count']}; times are local)",
-        )
+    def show_lists(self) -> None:
+        lists = self.service.lists()
+        table = Table("list", "role", "shared", "pending", title="your lists: /list NAME shows one")
+        for todo_list in lists:
+            shared = "✓" if todo_list["shared"] else ""
+            pending = str(todo_list["pending_count"])
+            table.add_row(Text(todo_list["name"]), todo_list["role"], shared, pending)
+        self.info.print(table)
 
-        def row(task: dict[str, Any], title: Text, steps: str = "") -> None:
+    def show_list(self, name: str) -> None:
+        """One list's tasks, by its name (any case) or id."""
+        lists = self.service.lists()
+        wanted = name.strip().removeprefix("#").casefold()
+        found = next(
+            (each for each in lists if wanted in (each["name"].casefold(), each["id"])), None
+        )
+        if found is None:
+            names = ", ".join(each["name"] for each in lists)
+            self.info.print(Text(f"No list called “{name.strip()}”. Your lists: {names}."))
+            return
+        self.show_tasks(found)
+
+    def show_tasks(self, todo_list: dict[str, Any] | None = None) -> None:
+        """The top-level tasks with their steps under them: all, or one list's."""
+        page = self.service.tasks(todo_list["id"] if todo_list else None)
+        if not page["data"]:
+            self.info.print(f"No tasks in {todo_list['name']}." if todo_list else "No tasks yet.")
+            return
+        rows = list(self._task_rows(page["data"]))
+        tasks = [task for task, _, _ in rows]
+        # A list column when they span lists; an assignee column when anyone is assigned.
+        spread = len({task["list_id"] for task in tasks}) > 1
+        lists = {each["id"]: each["name"] for each in self.service.lists()} if spread else {}
+        people = self._assignees(tasks)
+        columns = ["#", "task", "list", "assigned to", "steps", "due", "repeats", "reminder"]
+        columns = [c for c in columns if (c != "list" or lists) and (c != "assigned to" or people)]
+        if todo_list:
+            title = f"{todo_list['name']} ({page['count']}; you are its {todo_list['role']})"
+        else:
+            title = f"your tasks ({page['count']}; times are local)"
+        table = Table(*columns, "priority", "done", title=title)
+        for task, shown, steps in rows:
             reminder = "" if task["completed"] else _local(task["remind_at"])
             if reminder and task["reminded_at"]:
                 reminder += " ✓"  # it has fired
-            table.add_row(
-                str(task["number"]),
-                title,
-                steps,
-                _local(task["due_at"]),
-                Text(task["recurrence_text"] or ""),
-                reminder,
-                task["priority"],
-                "✓" if task["completed"] else "",
-            )
-
-        for task in page["data"]:
-            if not task["steps_total"]:
-                row(task, Text(task["title"]))
-                continue
-            row(task, Text(task["title"]), f"{task['steps_done']}/{task['steps_total']}")
-            for step in self.service.task(task["id"])["steps"]:
-                row(step, Text.assemble(("  └ ", "dim"), step["title"]))
+            cells: dict[str, str | Text] = {
+                "#": str(task["number"]),
+                "task": shown,
+                "list": Text(lists.get(task["list_id"], "")),
+                "assigned to": Text(people.get(task["assignee_id"] or "", "")),
+                "steps": steps,
+                "due": _local(task["due_at"]),
+                "repeats": Text(task["recurrence_text"] or ""),
+                "reminder": reminder,
+            }
+            done = "✓" if task["completed"] else ""
+            table.add_row(*(cells[column] for column in columns), task["priority"], done)
         self.info.print(table)
+
+    def _task_rows(self, tasks: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], Text, str]]:
+        """Each task (its title, its steps' progress), then its steps, indented, in order."""
+        for task in tasks:
+            if not task["steps_total"]:
+                yield task, Text(task["title"]), ""
+                continue
+            yield task, Text(task["title"]), f"{task['steps_done']}/{task['steps_total']}"
+            for step in self.service.task(task["id"])["steps"]:
+                yield step, Text.assemble(("  └ ", "dim"), step["title"]), ""
+
+    def _assignees(self, tasks: list[dict[str, Any]]) -> dict[str, str]:
+        """The names of the people tasks are assigned to ("you" for this user), by user id."""
+        assigned = {task["list_id"] for task in tasks if task["assignee_id"]}
+        names = {
+            member["user_id"]: member["display_name"] or member["user_id"]
+            for list_id in assigned
+            for member in self.service.members(list_id)
+        }
+        return names | ({self.service.user_id: "you"} if names else {})
 
     def show_settings(self) -> None:
         settings = self.service.settings()
@@ -481,6 +537,10 @@ class Chat:
                 return False
             case "/tasks":
                 self.show_tasks()
+            case "/lists":
+                self.show_lists()
+            case "/list" if rest.strip():
+                self.show_list(rest)
             case "/trash":
                 self.show_trash()
             case "/restore" if rest.strip():

@@ -423,3 +423,44 @@ def test_from_a_pipe_the_next_line_answers_and_the_trash_and_undo_commands_work(
     assert "has changed since" in undo
     assert "/undo" in help_
     assert _titles(api) == ["Buy milk", "Call mom"]
+
+
+# ---------------------------------------------------------------- lists
+
+
+def test_lists_shows_each_list_with_role_and_pending_and_list_shows_one(
+    server: ServerProcess, name: str
+) -> None:
+    user = dev_user_id(name)
+    owner = f"{user}-owner"
+    me = httpx.Client(base_url=f"{server.url}/api/{user}", headers=auth(user))
+    them = httpx.Client(base_url=f"{server.url}/api/{owner}", headers=auth(owner))
+    groceries = them.post("/lists", json={"name": "Groceries"}).json()["id"]
+    invited = them.post(f"/lists/{groceries}/invitations", json={"role": "viewer"})
+    assert me.post(f"/invitations/{invited.json()['token']}/accept").status_code == 200
+    assert me.post("/lists", json={"name": "Work"}).status_code == 201
+    assert me.post("/tasks", json={"title": "Call mom"}).status_code == 201
+    for title in ("Milk", "Eggs"):
+        made = them.post("/tasks", json={"title": title, "list_id": groceries})
+        assert made.status_code == 201, made.text
+    assert them.patch("/tasks/1", json={"assignee_id": user}).status_code == 200
+
+    lines = ["/lists", "/list groceries", "/list Nowhere", "/tasks", "/help"]
+    token = token_for(user, name=name)
+    done = chat(server, stdin="\n".join(lines) + "\n", env={"TODO_AGENT_TOKEN": token})
+    assert done.returncode == 0, done.stderr
+    lists, one, nowhere, tasks, help_ = done.stdout.split("you> /", 5)[1:]
+    assert "/list NAME shows one" in lists
+    assert re.search(r"│ Inbox +│ owner +│ +│ 1 +│", lists), lists
+    assert re.search(r"│ Groceries +│ viewer +│ ✓ +│ 2 +│", lists), lists
+    assert re.search(r"│ Work +│ owner +│ +│ 0 +│", lists), lists
+    # One list's tasks, under this reader's own numbers, with whom each is assigned to.
+    assert "Groceries (2; you are its viewer)" in one
+    assert re.search(r"│ 2 +│ Milk +│ you +│", one), one
+    assert re.search(r"│ 3 +│ Eggs +│ +│", one), one
+    assert "Call mom" not in one
+    assert "No list called “Nowhere”. Your lists: Inbox, Groceries, Work." in nowhere
+    # All tasks name their list once they span lists.
+    assert re.search(r"│ 1 +│ Call mom +│ Inbox +│", tasks), tasks
+    assert re.search(r"│ 2 +│ Milk +│ Groceries +│ you +│", tasks), tasks
+    assert "/lists" in help_

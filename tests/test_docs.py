@@ -90,7 +90,11 @@ EXPECTED: dict[str, list[str | tuple[str, int]]] = {
         "data: [DONE]",
     ],
     "docs/mcp.md": ['"isError":false', '"name":"add_todo"', '"resource":"http://localhost:'],
-    "docs/web-and-terminal.md": ["Added task 1: Buy milk."],
+    "docs/web-and-terminal.md": [
+        "Added task 1: Buy milk.",
+        "your lists: /list NAME shows one",
+        "Inbox (1; you are its owner)",
+    ],
     "docs/approvals-and-undo.md": [
         "deleted: 204",
         '"deleted_at":"',

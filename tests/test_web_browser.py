@@ -1,12 +1,13 @@
 """The chat page in a real browser (Chromium) against a real `todo-agent serve` and the
 scripted model: what a person sees and does. Screenshots go to tests/artifacts/web/."""
 
+import asyncio
 import http.server
 import json
 import re
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
@@ -15,7 +16,15 @@ from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
-from playwright.async_api import Browser, Dialog, Page, Request, expect
+from playwright.async_api import (
+    Browser,
+    BrowserContext,
+    Dialog,
+    Locator,
+    Page,
+    Request,
+    expect,
+)
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -24,7 +33,7 @@ from backend.models.session import AgentSession
 from tests.browser import ARTIFACTS, chromium
 from tests.conftest import server_env
 from tests.fake_openai import FakeOpenAI, call, error, reply, tool_calls
-from tests.servers import ServerProcess, free_port
+from tests.servers import ServerProcess, free_port, run_cli
 
 RATE_LIMIT = 6
 BERLIN = ZoneInfo("Europe/Berlin")  # the browser's timezone in these tests
@@ -108,8 +117,9 @@ class Person:
         self.user_id = ""
         self.token = ""
 
-    async def sign_in(self) -> None:
-        await self.page.goto(self.server.url)
+    async def sign_in(self, at: str | None = None) -> None:
+        """Open the page (or a link to it, `at`) and sign in by name."""
+        await self.page.goto(at or self.server.url)
         await self.page.get_by_label("Your name").fill(self.name)
         await self.page.get_by_role("button", name="Sign in").click()
         await expect(self.page.locator("#who-name")).to_have_text(self.name)
@@ -136,23 +146,38 @@ class Person:
         await self.page.screenshot(path=SHOTS / f"{name}.png")
 
 
+Arrive = Callable[..., Awaitable[Person]]
+
+
 @pytest.fixture
-async def person(
+async def people(
     browser: Browser, server: ServerProcess, model: FakeOpenAI
-) -> AsyncIterator[Person]:
-    """A new person per test (the server outlives the tables between tests), in a
-    Berlin-time browser."""
-    context = await browser.new_context(
-        viewport={"width": 1280, "height": 800}, timezone_id="Europe/Berlin"
-    )
-    page = await context.new_page()
+) -> AsyncIterator[Arrive]:
+    """`await people("Alice", at=link)`: someone new (the server outlives the tables between
+    tests) in a Berlin-time browser context of their own, signed in by name."""
+    contexts: list[BrowserContext] = []
     errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    someone = Person(page, server, f"Tester {uuid.uuid4().hex[:8]}")
-    await someone.sign_in()
-    yield someone
-    await context.close()
-    assert errors == [], errors  # no script error on the page
+
+    async def arrive(name: str, *, at: str | None = None) -> Person:
+        context = await browser.new_context(
+            viewport={"width": 1280, "height": 800}, timezone_id="Europe/Berlin"
+        )
+        contexts.append(context)
+        page = await context.new_page()
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        someone = Person(page, server, f"{name} {uuid.uuid4().hex[:8]}")
+        await someone.sign_in(at)
+        return someone
+
+    yield arrive
+    for context in contexts:
+        await context.close()
+    assert errors == [], errors  # no script error on any page
+
+
+@pytest.fixture
+async def person(people: Arrive) -> Person:
+    return await people("Tester")
 
 
 async def test_the_answer_streams_in_and_a_tool_call_fills_the_task_list(
@@ -897,3 +922,265 @@ async def test_the_settings_choose_what_the_assistant_asks_about(
     card = page.get_by_role("group", name="Waiting for you: Add task “Buy bread”")
     await card.get_by_role("button", name="Approve").click()
     await expect(page.locator("#task-list .title")).to_have_text(["Buy bread"])
+
+
+# ---------------------------------------------------------------- lists, and sharing them
+
+
+def _accepting(page: Page) -> list[str]:
+    """Say yes to every confirm() on the page; what was asked, in order."""
+    asked: list[str] = []
+
+    async def accept(dialog: Dialog) -> None:
+        asked.append(dialog.message)
+        await dialog.accept()
+
+    page.on("dialog", accept)
+    return asked
+
+
+async def _fetch_from(page: Page, method: str, path: str, body: Any) -> list[Any]:
+    """[status, detail] of an API call made by the page's own script, with its token."""
+    return await page.evaluate(  # type: ignore[no-any-return]
+        """async ([method, path, body]) => {
+            const { token, userId } = JSON.parse(sessionStorage.getItem("todo-agent.session"));
+            const response = await fetch(`/api/${userId}${path}`, {
+                method,
+                headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
+                body: JSON.stringify(body),
+            });
+            return [response.status, (await response.json()).detail];
+        }""",
+        [method, path, body],
+    )
+
+
+async def _invite_link(dialog: Locator, role: str) -> str:
+    """A new invite link from the share dialog, for `role`."""
+    await dialog.get_by_label("They can").select_option(role)
+    await dialog.get_by_role("button", name=re.compile(r"^Create (invite|another) link$")).click()
+    who = {"editor": "an editor", "viewer": "a viewer"}[role]
+    await expect(dialog.get_by_role("status")).to_contain_text(f"lets one person in as {who}")
+    return await dialog.get_by_label("Invite link").input_value()
+
+
+async def test_alice_shares_groceries_bob_adds_milk_live_carol_only_views_and_bob_is_cut_off(
+    people: Arrive, model: FakeOpenAI, server: ServerProcess
+) -> None:
+    alice = await people("Alice")
+    page = alice.page
+    for title in ("Call mom", "Pay bills"):  # her numbers run ahead of the others'
+        assert (await alice.api("POST", "/tasks", json={"title": title})).status_code == 201
+
+    # A list made in the sidebar is shown at once, ready for its first task.
+    await page.get_by_role("button", name="New list").click()
+    await page.get_by_label("New list name").fill("Groceries")
+    await page.get_by_label("New list name").press("Enter")
+    nav = page.locator("#list-nav")
+    await expect(nav.locator(".name")).to_have_text(["All tasks", "Inbox", "Groceries"])
+    groceries = nav.get_by_role("button", name=re.compile("^Groceries"))
+    await expect(groceries).to_have_attribute("aria-current", "true")
+    await expect(page.locator("#tasks-name")).to_have_text("Groceries")
+    await expect(page.get_by_label("New task")).to_be_focused()
+    await expect(page.locator("#task-list")).to_contain_text("No tasks here yet.")
+
+    # Two invite links: one to edit, one to view; each is the page with a secret.
+    await page.get_by_role("button", name="Share", exact=True).click()
+    dialog = page.get_by_role("dialog", name="Share “Groceries”")
+    editor_link = await _invite_link(dialog, "editor")
+    viewer_link = await _invite_link(dialog, "viewer")
+    assert editor_link.startswith(f"{server.url}/#invite=")
+    assert viewer_link != editor_link
+    await alice.shot("share-dialog")
+    await dialog.get_by_role("button", name="Close").click()
+
+    # Bob, signed in, opens his link; Carol opens hers and then signs in.
+    bob = await people("Bob")
+    await bob.page.goto(editor_link)
+    await expect(bob.page.locator("#notices")).to_contain_text(
+        "You joined “Groceries”: you can add and change its tasks."
+    )
+    await expect(bob.page.locator("#tasks-name")).to_have_text("Groceries")
+    assert "#invite" not in bob.page.url  # used: a reload does not try it again
+    carol = await people("Carol", at=viewer_link)
+    await expect(carol.page.locator("#tasks-name")).to_have_text("Groceries")
+    await expect(carol.page.locator("#list-nav .badge")).to_have_text(["viewer"])
+    await expect(carol.page.get_by_label("New task")).to_be_hidden()  # nothing to add with
+    await expect(nav.locator(".badge")).to_have_text(["shared"])  # Alice's sidebar, live
+
+    # Bob says "add milk to groceries" in the terminal: it shows live in Alice's page,
+    # under her own number (3), while it is task 1 for Bob.
+    model.script(
+        tool_calls(call("add_todo", {"title": "Milk", "list": "groceries"})),
+        reply("Added Milk to Groceries."),
+    )
+    said = await asyncio.to_thread(
+        run_cli, "chat", "--url", server.url, "--token", bob.token, "-m", "add milk to groceries",
+        env={},
+    )  # fmt: skip
+    assert said.returncode == 0, said.stderr
+    assert "⚙ Added task 1: Milk" in said.stderr
+    milk = page.locator("#task-list > li.task")
+    await expect(milk.locator(".title")).to_have_text(["Milk"])
+    await expect(milk.locator(".number")).to_have_text(["3"])
+    await expect(groceries).to_have_accessible_name("Groceries (shared), 1 pending")
+
+    # Alice gives it to Bob in the editor; everyone sees whose it is.
+    await page.get_by_role("button", name="Edit task 3: Milk").click()
+    editor = page.get_by_role("dialog", name="Edit task 3")
+    await editor.get_by_label("Assigned to").select_option(label=bob.name)
+    await editor.get_by_role("button", name="Save").click()
+    await expect(milk.locator(".assignee")).to_have_text(f"Assigned to {bob.name}")
+    bob_milk = bob.page.locator("#task-list > li.task")
+    await expect(bob_milk.locator(".assignee")).to_have_text("Assigned to you")
+
+    # Carol sees it, under her number, with nothing to change it with...
+    carol_milk = carol.page.locator("#task-list > li.task")
+    await expect(carol_milk.locator(".title")).to_have_text(["Milk"])
+    await expect(carol_milk.locator(".number")).to_have_text(["1"])
+    await expect(carol_milk.get_by_role("checkbox")).to_be_disabled()
+    await expect(carol_milk.get_by_role("button")).to_have_count(0)  # no edit, steps, delete
+    await expect(carol_milk.locator(".assignee")).to_have_text(f"Assigned to {bob.name}")
+    await carol.shot("viewer")
+    # ...however she asks: from her page, the API adds nothing to the list and changes
+    # nothing in it...
+    list_id = (await alice.api("GET", "/tasks/3")).json()["list_id"]
+    viewer = "You are a viewer of list “Groceries”: you cannot change its tasks."
+    cake = {"title": "Cake", "list_id": list_id}
+    assert await _fetch_from(carol.page, "POST", "/tasks", cake) == [403, viewer]
+    done = await _fetch_from(carol.page, "PATCH", "/tasks/1/complete", {"completed": True})
+    assert done == [403, viewer]
+    # ...and the assistant says why.
+    model.script(
+        tool_calls(call("add_todo", {"title": "Cake", "list": "Groceries"})),
+        reply("You can only view Groceries."),
+    )
+    await carol.send("add cake to groceries")
+    await expect(carol.page.locator(".message.assistant .activity")).to_have_text(
+        f"add_todo failed: {viewer}"
+    )
+    titles = [task["title"] for task in (await alice.api("GET", "/tasks")).json()["data"]]
+    assert titles == ["Call mom", "Pay bills", "Milk"]
+    assert (await alice.api("GET", "/tasks/3")).json()["completed"] is False
+
+    # Made an editor, Carol gets the controls at once.
+    await page.get_by_role("button", name="Share", exact=True).click()
+    await dialog.get_by_label(f"Role of {carol.name}").select_option("editor")
+    await expect(dialog.get_by_role("status")).to_have_text(f"{carol.name} is now an editor.")
+    await expect(carol_milk.get_by_role("checkbox")).to_be_enabled()
+    await expect(carol.page.get_by_label("New task")).to_be_visible()
+    await dialog.get_by_role("button", name="Close").click()
+
+    # Alice removes Bob: his page loses the list and its task at once, with no reload.
+    await bob.page.evaluate("window.__same_page = true")
+    asked = _accepting(page)
+    await page.get_by_role("button", name="Share", exact=True).click()
+    members = dialog.locator("#member-list .name")
+    await expect(members).to_have_text([f"{alice.name} (you)", bob.name, carol.name])
+    await dialog.get_by_role("button", name=f"Remove {bob.name}").click()
+    await expect(members).to_have_text([f"{alice.name} (you)", carol.name])
+    assert asked == [f"Remove {bob.name} from “Groceries”? They lose it at once."]
+    await expect(bob.page.locator("#list-nav .name")).to_have_text(["All tasks", "Inbox"])
+    await expect(bob.page.locator("#task-list")).to_contain_text("No tasks here yet.")
+    await expect(bob.page.locator("#notices")).to_contain_text(
+        "You are no longer a member of “Groceries”."
+    )
+    assert await bob.page.evaluate("window.__same_page") is True
+    assert (await bob.api("GET", f"/lists/{list_id}")).status_code == 404
+    await expect(milk.locator(".assignee")).to_have_count(0)  # his tasks are nobody's now
+    await bob.shot("removed")
+
+
+async def test_lists_are_made_renamed_filled_moved_and_deleted_from_the_sidebar(
+    person: Person,
+) -> None:
+    page = person.page
+    nav = page.locator("#list-nav")
+    tasks = page.locator("#task-list > li.task")
+    assert (await person.api("POST", "/tasks", json={"title": "Call mom"})).status_code == 201
+
+    # The Inbox is for tasks, not for renaming, sharing or deleting.
+    await nav.get_by_role("button", name=re.compile("^Inbox")).click()
+    await expect(page.locator("#list-role")).to_contain_text("Your Inbox")
+    for action in ("Share", "Rename", "Delete list", "Leave list"):
+        await expect(page.get_by_role("button", name=action, exact=True)).to_be_hidden()
+
+    await page.get_by_role("button", name="New list").click()
+    await page.get_by_label("New list name").fill("Work")
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#tasks-name")).to_have_text("Work")
+    await page.get_by_role("button", name="New list").click()
+    await page.get_by_label("New list name").fill("work")
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#lists-error")).to_have_text(
+        "You already have a list called “work”."
+    )
+    await page.keyboard.press("Escape")
+    await expect(page.get_by_role("button", name="New list")).to_be_focused()
+
+    # New tasks go to the list on show; "All tasks" names their list.
+    await page.get_by_label("New task").fill("Write the <b>report</b>")
+    await page.keyboard.press("Enter")
+    await expect(tasks.locator(".title")).to_have_text(["Write the <b>report</b>"])
+    await expect(page.get_by_label("New task")).to_have_value("")
+    await nav.get_by_role("button", name="All tasks").click()
+    await expect(tasks.locator(".title")).to_have_text(["Call mom", "Write the <b>report</b>"])
+    await expect(tasks.locator(".in-list")).to_have_text(["Work"])
+    await expect(nav.get_by_role("button", name=re.compile("^Work"))).to_have_accessible_name(
+        "Work, 1 pending"
+    )
+
+    # A task moves to another list in its editor.
+    await page.get_by_role("button", name="Edit task 1: Call mom").click()
+    editor = page.get_by_role("dialog", name="Edit task 1")
+    await expect(editor.get_by_label("List")).to_have_value(
+        (await person.api("GET", "/tasks/1")).json()["list_id"]
+    )
+    await editor.get_by_label("List").select_option(label="Work")
+    await editor.get_by_role("button", name="Save").click()
+    await expect(tasks.locator(".in-list")).to_have_text(["Work", "Work"])
+
+    # Renamed with the keyboard; deleted after a yes, its tasks to the trash.
+    await nav.get_by_role("button", name=re.compile("^Work")).click()
+    await page.get_by_role("button", name="Rename").click()
+    await expect(page.get_by_label("New name for the list")).to_be_focused()
+    await page.keyboard.type("Office")
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#tasks-name")).to_have_text("Office")
+    await expect(page.get_by_role("button", name="Rename")).to_be_focused()
+    await expect(nav.locator(".name")).to_have_text(["All tasks", "Inbox", "Office"])
+    asked = _accepting(page)
+    await page.get_by_role("button", name="Delete list").click()
+    await expect(nav.locator(".name")).to_have_text(["All tasks", "Inbox"])
+    assert asked == ["Delete the list “Office”? Its tasks go to your trash."]
+    await expect(nav.get_by_role("button", name="All tasks")).to_be_focused()
+    await expect(page.locator("#task-list")).to_contain_text("No tasks here yet.")
+    trashed = (await person.api("GET", "/trash")).json()["data"]
+    assert sorted(task["title"] for task in trashed) == ["Call mom", "Write the <b>report</b>"]
+
+
+async def test_an_invite_link_that_cannot_be_used_says_why(person: Person) -> None:
+    page = person.page
+    assert (await person.api("POST", "/lists", json={"name": "Garden"})).status_code == 201
+    await page.reload()
+    await page.locator("#list-nav").get_by_role("button", name=re.compile("^Garden")).click()
+    await page.get_by_role("button", name="Share", exact=True).click()
+    dialog = page.get_by_role("dialog", name="Share “Garden”")
+    own = await _invite_link(dialog, "editor")
+    await dialog.get_by_role("button", name="Copy").click()
+    await expect(dialog.get_by_role("status")).to_have_text(re.compile(r"^(Copied|Selected)"))
+    revoked = await _invite_link(dialog, "viewer")
+    await dialog.get_by_role("button", name="Revoke link").click()
+    await expect(dialog.get_by_role("status")).to_have_text("Link revoked: it no longer works.")
+    await expect(dialog.get_by_label("Invite link")).to_be_hidden()
+    await expect(dialog.get_by_role("button", name="Create invite link")).to_be_focused()
+    await page.keyboard.press("Escape")
+    await expect(page.get_by_role("button", name="Share", exact=True)).to_be_focused()
+
+    await page.goto(own)
+    await expect(page.locator("#notices")).to_contain_text("is for your own list")
+    await page.goto(revoked)
+    await expect(page.locator("#notices")).to_contain_text(
+        "That invite link does not work: it was used already, revoked, or has expired."
+    )
+    await expect(page.locator("#list-nav .name")).to_have_text(["All tasks", "Inbox", "Garden"])

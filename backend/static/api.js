@@ -147,8 +147,14 @@ export class Api {
     await readEvents(response, onEvent);
   }
 
-  tasks(status = "all") {
-    return this.json(`/tasks?status=${encodeURIComponent(status)}&top_level=true&limit=100`);
+  /** The top-level tasks, of one list when `listId` is given. */
+  tasks(status = "all", listId = null) {
+    const list = listId ? `&list=${encodeURIComponent(listId)}` : "";
+    return this.json(`/tasks?status=${encodeURIComponent(status)}&top_level=true&limit=100${list}`);
+  }
+  /** A new task: `{title, list_id?}` (no list: the Inbox). */
+  addTask(task) {
+    return this.json("/tasks", { method: "POST", body: task });
   }
   /** One task, with its steps in order. */
   task(id) {
@@ -184,6 +190,43 @@ export class Api {
   }
   emptyTrash() {
     return this.json("/trash", { method: "DELETE" });
+  }
+
+  /** The user's lists (the Inbox first) and those shared with them, with their role. */
+  lists() {
+    return this.json("/lists");
+  }
+  createList(name) {
+    return this.json("/lists", { method: "POST", body: { name } });
+  }
+  renameList(listId, name) {
+    return this.json(`/lists/${listId}`, { method: "PATCH", body: { name } });
+  }
+  /** Its tasks go to the owner's trash; every member loses it. */
+  deleteList(listId) {
+    return this.json(`/lists/${listId}`, { method: "DELETE" });
+  }
+  /** Who shares a list, the owner first: {data: [{user_id, display_name, role, joined_at}]}. */
+  members(listId) {
+    return this.json(`/lists/${listId}/members`);
+  }
+  changeRole(listId, userId, role) {
+    return this.json(`/lists/${listId}/members/${encodeURIComponent(userId)}`, { method: "PATCH", body: { role } });
+  }
+  /** The owner removes a member; a member removing themself leaves. */
+  removeMember(listId, userId) {
+    return this.json(`/lists/${listId}/members/${encodeURIComponent(userId)}`, { method: "DELETE" });
+  }
+  /** A single-use invitation with a role: {token, role, expires_at}; the token is shown once. */
+  invite(listId, role) {
+    return this.json(`/lists/${listId}/invitations`, { method: "POST", body: { role } });
+  }
+  revokeInvitation(listId, token) {
+    return this.json(`/lists/${listId}/invitations/${encodeURIComponent(token)}`, { method: "DELETE" });
+  }
+  /** Join the list an invitation is for: answers the list (404 used or expired, 409 your own). */
+  acceptInvitation(token) {
+    return this.json(`/invitations/${encodeURIComponent(token)}/accept`, { method: "POST" });
   }
 
   settings() {

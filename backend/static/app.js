@@ -18,6 +18,13 @@ const state = {
   draft: null, // {key, value}: what was typed in a box of the task list, kept across a redraw
   live: null, // the event stream: {controller, lastEventId}
   editing: null, // the task in the editor
+  lists: [], // the user's lists, the Inbox first, each with the user's role
+  listsReady: null, // a promise: the lists are known (the task list's controls follow the role)
+  listId: null, // the list the task list shows; null: all tasks
+  members: new Map(), // list id -> its members, for assignees' names (shared lists)
+  sharing: null, // the list whose share dialog is open
+  invitation: null, // the invite link made in the share dialog: {listId, token}
+  leaving: null, // the list the user is leaving: no "you were removed" notice for it
 };
 
 function el(tag, { className, text, attrs } = {}, children = []) {
@@ -43,8 +50,8 @@ function describe(error) {
       return "Cannot reach the service. Check your connection, then try again.";
     case 401:
       return "Your sign-in has expired or is not valid. Please sign in again.";
-    case 403:
-      return "This token belongs to another user.";
+    case 403: // a viewer's write says which list and role; a foreign path says so too
+      return detail ?? "This token belongs to another user.";
     case 404:
       return `${detail ?? "Not found."} It may have been deleted elsewhere.`;
     case 409: // the service says which conflict: a busy chat, nothing to undo, ...
@@ -97,6 +104,7 @@ function signOut(reason = "") {
   stopFollowing();
   if ($("#settings").open) $("#settings").close();
   if ($("#task-editor").open) $("#task-editor").close();
+  forgetLists();
   sessionStorage.removeItem(STORAGE_KEY);
   state.api = null;
   state.user = null;
@@ -123,10 +131,12 @@ function signIn({ token, userId, name }) {
   // Signed in again after an expired token: the same person goes on where they were.
   if (state.owner !== userId) newChat();
   state.owner = userId;
+  state.listsReady = refreshLists();
   refreshTasks();
   refreshSessions();
   follow();
   $("#message").focus();
+  acceptInviteFromAddress();
 }
 
 async function onNameSubmit(event) {
@@ -171,6 +181,7 @@ function activityText(call, result) {
   const r = result?.result ?? {};
   const todo = r.todo;
   const label = todo ? `task ${todo.number}: ${todo.title}` : "";
+  if (r.list && r.status === "created") return `Made the list “${r.list.name}”`;
   switch (r.status) {
     case "created":
       return `Added ${label}`;
@@ -196,6 +207,7 @@ function activityText(call, result) {
       return `${call.name} failed: ${r.error}`;
   }
   if (Array.isArray(r.todos)) return `Listed ${r.todos.length} of ${r.total} tasks`;
+  if (Array.isArray(r.lists)) return `Listed your ${r.lists.length} lists`;
   if (call.name === "get_user_context" && result) return "Checked your task counts and local time";
   if (!result) return `${call.name}…`;
   return `Used ${call.name}`;
@@ -484,6 +496,7 @@ const focusKey = (task, part) => `[data-focus="${CSS.escape(`${task.id}:${part}`
 function taskItem(task, { step = false } = {}) {
   const overdue = !task.completed && task.due_at && new Date(task.due_at) < new Date();
   const kind = step ? "step" : "task";
+  const writable = canWrite(task.list_id); // a viewer's list shows its tasks, no controls
   const check = el("input", {
     attrs: {
       type: "checkbox",
@@ -492,6 +505,8 @@ function taskItem(task, { step = false } = {}) {
     },
   });
   check.checked = task.completed;
+  check.disabled = !writable;
+  if (!writable) check.title = "You can view this list, not change it";
   check.addEventListener("change", () => {
     state.refocus = focusKey(task, "check"); // keep the keyboard's place
     changeTask(async () => {
@@ -532,13 +547,15 @@ function taskItem(task, { step = false } = {}) {
     }));
   }
   for (const tag of task.tags ?? []) meta.append(el("span", { className: "tag", text: `#${tag}` }));
+  meta.append(...listMeta(task));
   const title = el("span", { className: "title", text: task.title });
   const number = el("span", { className: "number", text: `${task.number}` });
   const body = el("div", { className: "body" }, [el("div", {}, [number, title]), meta]);
   const row = el("div", { className: "row" }, [check, body]);
-  if (!step) row.append(expander(task), editButton(task));
-  row.append(remove);
-  const item = el("li", { className: step ? "task step" : "task", attrs: { "data-id": task.id } }, [row]);
+  if (!step && (writable || task.steps_total)) row.append(expander(task));
+  if (!step && writable) row.append(editButton(task));
+  if (writable) row.append(remove);
+  const item = el("li", { className: step ? "task step" : "task", attrs: { "data-id": task.id, "data-list": task.list_id } }, [row]);
   item.classList.toggle("done", task.completed);
   item.classList.toggle("overdue", Boolean(overdue));
   if (!step && state.expanded.has(task.id)) showSteps(item, task);
@@ -595,7 +612,7 @@ async function showSteps(item, task) {
   }
   // Redrawn again while the steps were on their way: the newer drawing restores the focus
   // and what was being typed; this one, no longer on the page, must not use them up.
-  if (!item.isConnected) return;
+  if (!item.isConnected || !canWrite(task.list_id)) return;
   const input = el("input", {
     attrs: {
       "aria-label": `New step for task ${task.number}`,
@@ -643,9 +660,10 @@ async function refreshTasks() {
   const filter = $("#task-filter").value;
   const trash = filter === "trash";
   $("#trash-head").hidden = !trash;
-  $("#tasks-name").textContent = trash ? "Trash" : "Tasks";
+  drawListBar();
   try {
-    const page = trash ? await state.api.trash() : await state.api.tasks(filter);
+    const page = trash ? await state.api.trash() : await state.api.tasks(filter, state.listId);
+    await state.listsReady; // each task's controls follow the user's role in its list
     if (ticket !== tasksRequest) return;
     const list = $("#task-list");
     keepFocus(list); // a redraw from elsewhere (the event stream) keeps the keyboard's place
@@ -662,6 +680,7 @@ async function refreshTasks() {
       state.refocus = null;
     }
   } catch (error) {
+    if (ticket === tasksRequest && listGone(error)) return;
     showError(error);
   }
 }
@@ -749,10 +768,11 @@ function showRuleBox() {
   $("#edit-rule-box").hidden = $("#edit-repeat").value !== "custom";
 }
 
-function openEditor(task) {
+async function openEditor(task) {
   state.editing = task;
   $("#editor-error").hidden = true;
   $("#editor-title").textContent = `Edit task ${task.number}`;
+  if (!(await fillListChoices(task))) return;
   $("#edit-title").value = task.title;
   $("#edit-due").value = localInput(task.due_at);
   $("#edit-remind").value = localInput(task.remind_at);
@@ -783,7 +803,14 @@ function inputProblem(error, labels, fallback) {
   return [...byField].map(([label, msg]) => `${label}: ${msg}.`).join(" ");
 }
 
-const TASK_LABELS = { title: "Title", due_at: "Due", recurrence: "Repeat", remind_at: "Reminder" };
+const TASK_LABELS = {
+  title: "Title",
+  list_id: "List",
+  assignee_id: "Assigned to",
+  due_at: "Due",
+  recurrence: "Repeat",
+  remind_at: "Reminder",
+};
 
 async function onEditorSubmit(event) {
   event.preventDefault();
@@ -794,6 +821,8 @@ async function onEditorSubmit(event) {
   const changes = {};
   const title = $("#edit-title").value.trim();
   if (title !== task.title) changes.title = title;
+  if ($("#edit-list").value !== task.list_id) changes.list_id = $("#edit-list").value;
+  if ($("#edit-assignee").value !== (task.assignee_id ?? "")) changes.assignee_id = $("#edit-assignee").value || null;
   if ($("#edit-due").value !== localInput(task.due_at)) changes.due_at = fromLocalInput($("#edit-due").value);
   const rule = chosenRule();
   if (rule !== (task.recurrence ?? "")) changes.recurrence = rule || null;
@@ -820,6 +849,502 @@ async function onEditorSubmit(event) {
   } finally {
     $("#editor-save").disabled = false;
   }
+}
+
+// ---------------------------------------------------------------- lists
+
+const ROLE_WORDS = {
+  owner: "you own it",
+  editor: "you can add and change its tasks",
+  viewer: "you can view its tasks, not change them",
+};
+
+const listOf = (id) => state.lists.find((list) => list.id === id) ?? null;
+
+/** Whether the user may change a list's tasks: its owner or an editor (the service decides). */
+const canWrite = (listId) => ["owner", "editor"].includes(listOf(listId)?.role);
+
+/** A list action refused: in the live region (an expired sign-in signs out). */
+function listProblem(error) {
+  if (error instanceof ApiError && error.status === 401) showError(error);
+  else notice(describe(error), { kind: "problem" });
+}
+
+/** A member as the page names them: "you", or their display name. */
+function memberName(listId, userId) {
+  if (userId === state.user?.userId) return "you";
+  const member = state.members.get(listId)?.find((m) => m.user_id === userId);
+  return member?.display_name ?? userId;
+}
+
+/** What a task shows of its list: who it is assigned to, and (in all tasks) the list. */
+function listMeta(task) {
+  const meta = [];
+  if (task.assignee_id) {
+    const who = memberName(task.list_id, task.assignee_id);
+    meta.push(el("span", { className: "assignee", text: `Assigned to ${who}` }));
+  }
+  const list = listOf(task.list_id);
+  if (!state.listId && list && !list.inbox) meta.push(el("span", { className: "in-list", text: list.name, attrs: { title: "List" } }));
+  return meta;
+}
+
+/** A list's members, fresh; kept for the names of assignees. */
+async function loadMembers(listId) {
+  const members = (await state.api.members(listId)).data;
+  state.members.set(listId, members);
+  return members;
+}
+
+/** What the task list draws from the lists (names, roles, members): redrawn when it changes. */
+function listsSignature() {
+  const members = [...state.members].sort(([a], [b]) => a.localeCompare(b));
+  return JSON.stringify([state.lists.map((list) => [list.id, list.name, list.role]), members]);
+}
+
+let listsRequest = 0;
+/** The sidebar from the service (Inbox first, then own and shared lists, with pending counts). */
+async function refreshLists() {
+  if (!state.api) return;
+  const ticket = ++listsRequest;
+  const before = state.lists.length ? listsSignature() : null; // null: the first drawing
+  try {
+    const { data } = await state.api.lists();
+    const unknown = data.filter((list) => list.shared && !state.members.has(list.id));
+    await Promise.all(unknown.map((list) => loadMembers(list.id).catch(() => null)));
+    if (ticket !== listsRequest) return;
+    state.lists = data;
+    if (state.listId && !listOf(state.listId)) state.listId = null; // lost meanwhile
+    drawLists();
+    if (before !== null && before !== listsSignature()) refreshTasks();
+  } catch (error) {
+    showError(error);
+  }
+}
+
+function drawLists() {
+  const nav = $("#list-nav");
+  const focused = nav.contains(document.activeElement) ? document.activeElement.dataset.focus : null;
+  nav.replaceChildren(listNavItem(null), ...state.lists.map(listNavItem));
+  if (focused) nav.querySelector(`[data-focus="${CSS.escape(focused)}"]`)?.focus();
+  drawListBar();
+}
+
+/** "All tasks" (null) or a list: its name, a shared / role marker, its pending count. */
+function listNavItem(list) {
+  const id = list?.id ?? null;
+  const marker = !list ? null : list.role !== "owner" ? list.role : list.shared ? "shared" : null;
+  const button = el("button", {
+    className: "open",
+    attrs: { type: "button", "aria-current": String(id === state.listId), "data-focus": `list:${id ?? "all"}` },
+  }, [el("span", { className: "name", text: list ? list.name : "All tasks" })]);
+  if (list) {
+    const shared = marker === "shared" ? "shared" : marker ? `shared with you, ${marker}` : null;
+    button.setAttribute("aria-label", `${list.name}${shared ? ` (${shared})` : ""}, ${list.pending_count} pending`);
+    if (marker) button.append(el("span", { className: `badge role ${marker}`, text: marker }));
+    button.append(el("span", { className: "pending", text: String(list.pending_count), attrs: { title: "Pending tasks" } }));
+  }
+  button.addEventListener("click", () => selectList(id));
+  return el("li", { className: id === state.listId ? "active" : "" }, [button]);
+}
+
+/** Show one list's tasks (null: all of them). */
+function selectList(listId) {
+  state.listId = listId;
+  if ($("#task-filter").value === "trash") $("#task-filter").value = "all"; // the trash has no lists
+  hideRename();
+  drawLists();
+  refreshTasks();
+}
+
+/** Above the tasks: the list's name, the user's role, and what they may do with it. */
+function drawListBar() {
+  const list = listOf(state.listId);
+  const trash = $("#task-filter").value === "trash";
+  $("#tasks-name").textContent = trash ? "Trash" : (list?.name ?? "Tasks");
+  $("#list-bar").hidden = trash || !list;
+  $("#add-task").hidden = trash || Boolean(list && !canWrite(list.id));
+  const inbox = state.lists.find((l) => l.inbox)?.name ?? "Inbox";
+  $("#new-task").placeholder = `Add a task to ${list?.name ?? inbox}`;
+  if (!list) return;
+  const owner = list.role === "owner";
+  const whose = owner ? (list.shared ? "Shared by you" : "Your list") : "Shared with you";
+  $("#list-role").textContent = list.inbox
+    ? "Your Inbox: new tasks land here unless you choose a list. It is never shared."
+    : `${whose}: ${ROLE_WORDS[list.role]}.`;
+  $("#share-list").hidden = list.inbox;
+  $("#share-list").textContent = owner ? "Share" : "Members";
+  $("#rename-list").hidden = !owner || list.inbox;
+  $("#delete-list").hidden = !owner || list.inbox;
+  $("#leave-list").hidden = owner;
+}
+
+/** A list the user lost (deleted, left, removed): out of the sidebar and the task list at once. */
+function dropList(listId) {
+  state.lists = state.lists.filter((list) => list.id !== listId);
+  state.members.delete(listId);
+  if (state.sharing === listId && $("#share").open) $("#share").close();
+  if (state.listId === listId) state.listId = null;
+  for (const item of $("#task-list").querySelectorAll(`[data-list="${CSS.escape(listId)}"]`)) item.remove();
+  drawLists();
+  refreshTasks();
+}
+
+/** The list on show answered 404 (gone elsewhere): show all tasks instead. */
+function listGone(error) {
+  if (!(error instanceof ApiError) || error.status !== 404 || !state.listId) return false;
+  dropList(state.listId);
+  refreshLists();
+  return true;
+}
+
+/** list.* events: members change (names of assignees); a lost list goes at once. */
+function onListEvent(type, data) {
+  const list = data.list;
+  state.members.delete(list.id);
+  const me = state.user?.userId;
+  const lost = type === "list.deleted" || (type === "list.member_removed" && data.member?.user_id === me);
+  if (!lost) {
+    if (state.sharing === list.id && $("#share").open) reloadMembers();
+    return;
+  }
+  if (state.leaving === list.id) state.leaving = null;
+  else if (list.owner_id !== me) {
+    const why = type === "list.deleted" ? `“${list.name}” was deleted by its owner.` : `You are no longer a member of “${list.name}”.`;
+    notice(why, { kind: "problem" });
+  }
+  dropList(list.id);
+}
+
+function forgetLists() {
+  if ($("#share").open) $("#share").close();
+  state.lists = [];
+  state.listId = null;
+  state.listsReady = null;
+  state.members.clear();
+  $("#list-nav").replaceChildren();
+}
+
+function toggleNewList(open) {
+  $("#new-list-form").hidden = !open;
+  $("#new-list").setAttribute("aria-expanded", String(open));
+  $("#lists-error").hidden = true;
+  $("#new-list-name").value = "";
+  if (open) $("#new-list-name").focus();
+}
+
+async function onNewList(event) {
+  event.preventDefault();
+  const name = $("#new-list-name").value.trim();
+  if (!name) return;
+  try {
+    const list = await state.api.createList(name);
+    toggleNewList(false);
+    await refreshLists();
+    selectList(list.id);
+    $("#new-task").focus(); // ready for its first task
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 401) return showError(error);
+    $("#lists-error").textContent = inputProblem(error, { name: "Name" }, "List"); // 409: the name is taken
+    $("#lists-error").hidden = false;
+  }
+}
+
+async function onAddTask(event) {
+  event.preventDefault();
+  const title = $("#new-task").value.trim();
+  if (!title) return;
+  try {
+    await state.api.addTask({ title, list_id: state.listId ?? undefined });
+    $("#new-task").value = "";
+  } catch (error) {
+    listProblem(error); // a viewer's list: the service's reason
+  }
+  refreshTasks();
+}
+
+function showRename() {
+  $("#rename-list-name").value = listOf(state.listId)?.name ?? "";
+  $("#rename-list-form").hidden = false;
+  $(".list-actions").hidden = true;
+  $("#rename-list-name").select();
+  $("#rename-list-name").focus();
+}
+
+function hideRename(refocus = false) {
+  $("#rename-list-form").hidden = true;
+  $(".list-actions").hidden = false;
+  if (refocus) $("#rename-list").focus();
+}
+
+async function onRenameList(event) {
+  event.preventDefault();
+  try {
+    await state.api.renameList(state.listId, $("#rename-list-name").value.trim());
+    hideRename(true);
+    await refreshLists();
+  } catch (error) {
+    listProblem(error); // 409: a name the user has already
+  }
+}
+
+async function deleteList() {
+  const list = listOf(state.listId);
+  const others = list.shared ? ", and everyone it is shared with loses it" : "";
+  if (!confirm(`Delete the list “${list.name}”? Its tasks go to your trash${others}.`)) return;
+  try {
+    await state.api.deleteList(list.id);
+    dropList(list.id);
+    $('#list-nav [data-focus="list:all"]').focus();
+    notice(`Deleted the list “${list.name}”; its tasks are in the trash.`);
+  } catch (error) {
+    listProblem(error);
+  }
+}
+
+async function leaveList(list) {
+  if (!confirm(`Leave “${list.name}”? Its tasks leave your view; its owner can invite you again.`)) return;
+  state.leaving = list.id; // the event that follows needs no notice
+  try {
+    await state.api.removeMember(list.id, state.user.userId);
+    dropList(list.id);
+    $('#list-nav [data-focus="list:all"]').focus();
+    notice(`You left “${list.name}”.`);
+  } catch (error) {
+    state.leaving = null;
+    listProblem(error);
+  }
+}
+
+/** The editor's List (those the user may change) and Assigned to (that list's members). */
+async function fillListChoices(task) {
+  const writable = state.lists.filter((list) => canWrite(list.id));
+  $("#edit-list").replaceChildren(...writable.map((list) => el("option", { text: list.name, attrs: { value: list.id } })));
+  $("#edit-list").value = task.list_id;
+  return fillAssignees(task.list_id, task.assignee_id);
+}
+
+async function fillAssignees(listId, assigneeId) {
+  let members;
+  try {
+    members = await loadMembers(listId);
+  } catch (error) {
+    listProblem(error);
+    return false;
+  }
+  const option = (m) => {
+    const name = m.display_name ?? m.user_id;
+    const text = m.user_id === state.user.userId ? `${name} (you)` : name;
+    return el("option", { text, attrs: { value: m.user_id } });
+  };
+  $("#edit-assignee").replaceChildren(el("option", { text: "Nobody", attrs: { value: "" } }), ...members.map(option));
+  $("#edit-assignee").value = members.some((m) => m.user_id === assigneeId) ? assigneeId : "";
+  return true;
+}
+
+/** `#invite=<token>` in the address (a link from the share dialog): join that list. */
+async function acceptInviteFromAddress() {
+  const token = new URLSearchParams(location.hash.slice(1)).get("invite");
+  if (!token || !state.api) return;
+  const used = () => history.replaceState(null, "", `${location.pathname}${location.search}`); // not again on reload
+  try {
+    const list = await state.api.acceptInvitation(token);
+    used();
+    state.members.delete(list.id);
+    await refreshLists();
+    selectList(list.id);
+    notice(`You joined “${list.name}”: ${ROLE_WORDS[list.role]}.`);
+  } catch (error) {
+    if (!(error instanceof ApiError) || [0, 401].includes(error.status)) return showError(error); // kept: tried again after sign-in
+    used();
+    const why = {
+      404: "That invite link does not work: it was used already, revoked, or has expired. Ask for a new one.",
+      409: "That invite link is for your own list: send it to the person you want to share it with.",
+    }[error.status];
+    notice(why ?? describe(error), { kind: "problem", lingerMs: 0 });
+  }
+}
+
+// ---------------------------------------------------------------- sharing
+
+/** The share dialog (the owner: invite links, roles, removal) or, for a member, who shares it. */
+async function openShare() {
+  const list = listOf(state.listId);
+  if (!list) return;
+  const owner = list.role === "owner";
+  let members;
+  try {
+    members = await loadMembers(list.id);
+  } catch (error) {
+    listProblem(error);
+    return;
+  }
+  state.sharing = list.id;
+  state.invitation = null;
+  $("#share-title").textContent = owner ? `Share “${list.name}”` : `Members of “${list.name}”`;
+  $("#share-invite").hidden = !owner;
+  showInvitation(null);
+  $("#share-error").hidden = true;
+  $("#share-status").textContent = "";
+  drawMembers(members);
+  $("#share").showModal();
+  (owner ? $("#invite-role") : $("#share-close")).focus();
+}
+
+function drawMembers(members) {
+  const list = listOf(state.sharing);
+  if (!list) return;
+  const box = $("#member-list");
+  const focused = box.contains(document.activeElement) ? document.activeElement.dataset.focus : null;
+  box.replaceChildren(...members.map((member) => memberItem(list, member)));
+  if (!focused) return;
+  // The control the keyboard was on, or (its member gone) the way out.
+  (box.querySelector(`[data-focus="${CSS.escape(focused)}"]`) ?? $("#share-close")).focus();
+}
+
+async function reloadMembers() {
+  try {
+    drawMembers(await loadMembers(state.sharing));
+  } catch (error) {
+    shareProblem(error);
+  }
+}
+
+function memberItem(list, member) {
+  const you = member.user_id === state.user.userId;
+  const name = `${member.display_name ?? member.user_id}${you ? " (you)" : ""}`;
+  const item = el("li", { attrs: { "data-user": member.user_id } }, [el("span", { className: "name", text: name })]);
+  if (list.role === "owner" && member.role !== "owner") {
+    const role = el("select", { attrs: { "aria-label": `Role of ${name}`, "data-focus": `role:${member.user_id}` } }, [
+      el("option", { text: "Editor", attrs: { value: "editor" } }),
+      el("option", { text: "Viewer", attrs: { value: "viewer" } }),
+    ]);
+    role.value = member.role;
+    role.addEventListener("change", () =>
+      shareChange(() => state.api.changeRole(list.id, member.user_id, role.value), `${name} is now ${role.value === "editor" ? "an editor" : "a viewer"}.`),
+    );
+    const remove = el("button", {
+      className: "danger",
+      text: "Remove",
+      attrs: { type: "button", "aria-label": `Remove ${name}`, "data-focus": `remove:${member.user_id}` },
+    });
+    remove.addEventListener("click", () => {
+      if (!confirm(`Remove ${name} from “${list.name}”? They lose it at once.`)) return;
+      shareChange(() => state.api.removeMember(list.id, member.user_id), `${name} was removed.`);
+    });
+    item.append(role, remove);
+    return item;
+  }
+  item.append(el("span", { className: "role", text: member.role }));
+  if (you && member.role !== "owner") {
+    const leave = el("button", { className: "danger", text: "Leave", attrs: { type: "button", "aria-label": "Leave this list" } });
+    leave.addEventListener("click", () => leaveList(list));
+    item.append(leave);
+  }
+  return item;
+}
+
+async function shareChange(change, done) {
+  $("#share-error").hidden = true;
+  try {
+    await change();
+    $("#share-status").textContent = done;
+  } catch (error) {
+    shareProblem(error);
+  }
+  await reloadMembers();
+  refreshLists(); // the shared marker, the names of assignees
+}
+
+function shareProblem(error) {
+  if (error instanceof ApiError && error.status === 401) {
+    $("#share").close();
+    showError(error);
+    return;
+  }
+  $("#share-status").textContent = "";
+  $("#share-error").textContent = describe(error);
+  $("#share-error").hidden = false;
+}
+
+function showInvitation(url) {
+  $("#invite-url").value = url ?? "";
+  for (const part of ["#invite-url", "#invite-copy", "#invite-revoke"]) $(part).hidden = !url;
+  $("#invite-create").textContent = url ? "Create another link" : "Create invite link";
+}
+
+async function createInvitation() {
+  const listId = state.sharing;
+  const role = $("#invite-role").value;
+  $("#share-error").hidden = true;
+  try {
+    const made = await state.api.invite(listId, role);
+    state.invitation = { listId, token: made.token };
+    // The page itself, with the secret in the fragment: never sent to a server by the browser.
+    showInvitation(`${location.origin}${location.pathname}#invite=${encodeURIComponent(made.token)}`);
+    const who = role === "editor" ? "an editor" : "a viewer";
+    const until = dateTime.format(new Date(made.expires_at));
+    $("#share-status").textContent = `Invite link ready: it lets one person in as ${who}, until ${until}.`;
+    $("#invite-url").focus();
+    $("#invite-url").select();
+  } catch (error) {
+    shareProblem(error);
+  }
+}
+
+async function revokeInvitation() {
+  const { listId, token } = state.invitation;
+  try {
+    await state.api.revokeInvitation(listId, token);
+    state.invitation = null;
+    showInvitation(null);
+    $("#share-status").textContent = "Link revoked: it no longer works.";
+    $("#invite-create").focus();
+  } catch (error) {
+    shareProblem(error); // 404: it was used (or had expired) already
+  }
+}
+
+/** A link in a read-only box to the clipboard; where the browser refuses, it stays selected. */
+async function copyField(input, status, copied) {
+  input.select();
+  try {
+    await navigator.clipboard.writeText(input.value);
+    status.textContent = copied;
+  } catch {
+    status.textContent = "Selected: copy it with Ctrl+C (⌘C).";
+  }
+}
+
+function startLists() {
+  $("#new-list").addEventListener("click", () => toggleNewList($("#new-list-form").hidden));
+  $("#new-list-form").addEventListener("submit", onNewList);
+  $("#new-list-name").addEventListener("keydown", (event) => {
+    if (event.key !== "Escape") return;
+    toggleNewList(false);
+    $("#new-list").focus();
+  });
+  $("#add-task").addEventListener("submit", onAddTask);
+  $("#share-list").addEventListener("click", openShare);
+  $("#rename-list").addEventListener("click", showRename);
+  $("#rename-list-form").addEventListener("submit", onRenameList);
+  $("#rename-list-cancel").addEventListener("click", () => hideRename(true));
+  $("#rename-list-name").addEventListener("keydown", (event) => event.key === "Escape" && hideRename(true));
+  $("#delete-list").addEventListener("click", deleteList);
+  $("#leave-list").addEventListener("click", () => leaveList(listOf(state.listId)));
+  $("#edit-list").addEventListener("change", () => fillAssignees($("#edit-list").value, $("#edit-assignee").value));
+  $("#invite-create").addEventListener("click", createInvitation);
+  $("#invite-copy").addEventListener("click", () =>
+    copyField($("#invite-url"), $("#share-status"), "Copied: send it to the person you invite."),
+  );
+  $("#invite-revoke").addEventListener("click", revokeInvitation);
+  $("#share-close").addEventListener("click", () => $("#share").close());
+  $("#share").addEventListener("close", () => {
+    state.sharing = null;
+    const back = $("#share-list").hidden || $("#list-bar").hidden ? $('#list-nav [data-focus="list:all"]') : $("#share-list");
+    back?.focus();
+  });
+  window.addEventListener("hashchange", acceptInviteFromAddress); // a link opened in this tab
 }
 
 // ---------------------------------------------------------------- live: events and notices
@@ -859,15 +1384,19 @@ function showReminder(data) {
 }
 
 let refreshTimer = null;
-/** Many events in a burst (a plan and its steps) draw the list once. */
+/** Many events in a burst (a plan and its steps) draw the lists and the tasks once. */
 function refreshSoon() {
   clearTimeout(refreshTimer);
-  refreshTimer = setTimeout(refreshTasks, 150);
+  refreshTimer = setTimeout(() => {
+    refreshLists(); // pending counts, roles, members
+    refreshTasks();
+  }, 150);
 }
 
 function onLiveEvent(type, event) {
   if (type === "reminder.due") showReminder(event.data);
-  if (type.startsWith("task.") || type === "reminder.due") refreshSoon();
+  if (type.startsWith("list.")) onListEvent(type, event.data);
+  if (type.startsWith("task.") || type.startsWith("list.") || type === "reminder.due") refreshSoon();
 }
 
 const pause = (ms, signal) =>
@@ -1188,6 +1717,7 @@ function start() {
   $("#more-sessions").addEventListener("click", () => refreshSessions(true));
   $("#task-filter").addEventListener("change", refreshTasks);
   $("#empty-trash").addEventListener("click", emptyTrash);
+  startLists();
   for (const button of document.querySelectorAll("[data-show]")) {
     button.addEventListener("click", () => showView(button.dataset.show));
   }

@@ -96,6 +96,7 @@ class History:
 class TaskList:
     few: Latency  # a user with 10 tasks
     many: Latency  # a member of 20 lists with 10,000 tasks
+    plans: str = ""  # the many's page as the service sends it, with EXPLAIN ANALYZE (explain.py)
 
 
 @dataclass(frozen=True)
@@ -441,6 +442,19 @@ def markdown(results: Results) -> str:
             f"| 10,000 in 20 lists | {t.many.triple()} | {t.many.n} |",
             f"| ratio (p50) | {_ratio(t.many.p50, t.few.p50)} | |",
         ]
+        if t.plans:
+            lines += [
+                "",
+                "<details><summary>The 10,000 tasks' page as the service sends it, with "
+                "<code>EXPLAIN (ANALYZE, BUFFERS)</code> (<code>python -m bench.explain</code>)"
+                "</summary>",
+                "",
+                "```text",
+                t.plans,
+                "```",
+                "",
+                "</details>",
+            ]
 
     lines += [
         "",

@@ -1,6 +1,7 @@
 """The benchmark, end to end: set up, drive every load level, report."""
 
 import argparse
+import asyncio
 import gc
 import json
 import math
@@ -30,6 +31,7 @@ from backend.services.agent import prompt_messages
 from backend.services.tools import TOOL_DEFINITIONS
 from backend.settings import Settings
 from bench import load, profile, prompt
+from bench.explain import task_list_plans
 from bench.harness import (
     BIN,
     REPO,
@@ -409,7 +411,8 @@ class Bench:
             f"service task list: p50 {few.p50:.1f} ms at 10 tasks, {many.p50:.1f} at 10,000 "
             "in 20 lists"
         )
-        return TaskList(few=few, many=many)
+        plans = asyncio.run(task_list_plans(self.seeder.dsn, "tasks-many"))
+        return TaskList(few=few, many=many, plans=plans)
 
     # -- the profile -------------------------------------------------------------------
 

@@ -95,9 +95,10 @@ class Settings(BaseSettings):
     events_retention_h: float = Field(default=24.0, gt=0)
     events_keepalive_s: float = Field(default=15.0, gt=0)
     # How often each replica looks for reminders that came due, and after how long one
-    # that fires is "late" (the service was not running when it came due).
+    # that fires is "late" (the contract: more than 5 s after its time; the service was
+    # not running when it came due).
     reminder_poll_s: float = Field(default=1.0, gt=0)
-    reminder_late_after_s: float = Field(default=60.0, ge=0)
+    reminder_late_after_s: float = Field(default=5.0, ge=0)
     webhook_url: str | None = None
     webhook_secret: SecretStr | None = None
     webhook_retry_schedule_s: Annotated[list[float], NoDecode] = Field(

@@ -5,6 +5,7 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from backend.auth import Identity
@@ -67,6 +68,16 @@ async def get_db(context: Context, user: CurrentUser) -> AsyncIterator[AsyncSess
 
 # Committed before the response is sent, so a 2xx means the change is durable.
 DbSession = Annotated[AsyncSession, Depends(get_db, scope="function")]
+
+
+async def get_snapshot(context: Context, user: CurrentUser) -> AsyncIterator[AsyncConnection]:
+    """A read-only snapshot of the signed-in user's rows (Database.snapshot)."""
+    async with context.database.snapshot(as_user=user.user_id) as connection:
+        yield connection
+
+
+# Held until the response has been sent: a streamed answer reads from it as it goes.
+Snapshot = Annotated[AsyncConnection, Depends(get_snapshot)]
 
 
 IdempotencyKey = Annotated[

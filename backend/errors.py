@@ -93,6 +93,13 @@ class CalendarNotFound(NotFound):
     detail = "No calendar feed here."
 
 
+class InvalidImport(DomainError):
+    """An export document that validates but cannot be added as it is (nothing is)."""
+
+    status_code = 422
+    detail = "The document cannot be imported; nothing was imported."
+
+
 class UnknownModel(DomainError):
     status_code = 422
     detail = "That model is not one this service offers."

@@ -74,6 +74,8 @@ class Settings(BaseSettings):
     # allowed Host header at /mcp (besides loopback ones).
     public_base_url: str | None = None
     max_request_bytes: int = Field(default=64 * 1024, ge=1024)
+    # POST /api/{user_id}/import takes a whole export document: its own, larger cap.
+    import_max_bytes: int = Field(default=50 * 1024 * 1024, ge=1024)
 
     chat_rate_limit_per_minute: int = Field(default=30, ge=0)
     chat_busy_policy: Literal["wait", "reject"] = "wait"

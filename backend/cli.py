@@ -1,4 +1,4 @@
-"""`todo-agent serve | migrate | token | chat | users export`."""
+"""`todo-agent serve | migrate | token | chat | users export | users erase`."""
 
 import argparse
 import asyncio
@@ -169,6 +169,30 @@ def users_export(args: argparse.Namespace) -> None:
         sys.exit(1)
 
 
+def users_erase(args: argparse.Namespace) -> None:
+    """Erase the user, as DELETE /api/{user_id} does (running servers forget them too)."""
+    from backend.db import Database
+    from backend.services import erasure
+
+    settings = _users()
+    configure_logging(settings.log_level)
+
+    async def run() -> bool:
+        database = Database(settings)
+        try:
+            return await erasure.erase(database, args.user_id)
+        finally:
+            await database.dispose()
+
+    erased = asyncio.run(run())
+    print(
+        f"todo-agent: erased {args.user_id!r}"
+        if erased
+        else f"todo-agent: no user {args.user_id!r} here; nothing to erase",
+        file=sys.stderr,
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="todo-agent", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -196,13 +220,18 @@ def main(argv: list[str] | None = None) -> None:
     chat_cli.add_arguments(chat_parser)
     chat_parser.set_defaults(run=chat_cli.run)
 
-    users_parser = commands.add_parser("users", help="a user's data: export it")
+    users_parser = commands.add_parser("users", help="a user's data: export or erase it")
     users_commands = users_parser.add_subparsers(dest="users_command", required=True)
     export_parser = users_commands.add_parser(
         "export", help="write everything held about the user as JSON on stdout"
     )
     export_parser.add_argument("user_id")
     export_parser.set_defaults(run=users_export)
+    erase_parser = users_commands.add_parser(
+        "erase", help="erase the user: every row about them, one user.deleted event left"
+    )
+    erase_parser.add_argument("user_id")
+    erase_parser.set_defaults(run=users_erase)
 
     args = parser.parse_args(argv)
     try:

@@ -36,14 +36,22 @@ async def current_identity(
     return await context.verifier.verify(credentials.credentials)
 
 
-async def current_user(
+async def signed_in_user(
     user_id: Annotated[str, Path(min_length=1, max_length=255)],
     identity: Annotated[Identity, Depends(current_identity)],
-    context: Context,
 ) -> Identity:
-    """The signed-in user, who must be the one the path names; created on first sight."""
+    """The signed-in user, who must be the one the path names (not created here)."""
     if user_id != identity.user_id:
         raise UserMismatch()
+    return identity
+
+
+# For erasing an account: signing in does not make the account first.
+SignedInUser = Annotated[Identity, Depends(signed_in_user)]
+
+
+async def current_user(identity: SignedInUser, context: Context) -> Identity:
+    """The signed-in user, who must be the one the path names; created on first sight."""
     await ensure_user(context, identity)
     return identity
 

@@ -136,6 +136,10 @@ class SessionBusy(Conflict):
     detail = "This session is busy with another message; try again when it has answered."
 
 
+class AccountBeingErased(Conflict):
+    detail = "This account is being erased; once that is done, signing in starts a new one."
+
+
 class IdempotencyInProgress(Conflict):
     detail = "A request with this Idempotency-Key is still running; retry later."
 

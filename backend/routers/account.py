@@ -1,16 +1,16 @@
-"""A person's data is theirs: download all of it, bring it to another account."""
+"""A person's data is theirs: download all of it, bring it to another account, erase it."""
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
-from backend.deps import Context, CurrentUser, DbSession, Snapshot
+from backend.deps import Context, CurrentUser, DbSession, SignedInUser, Snapshot
 from backend.models.errors import API_ERRORS
 from backend.models.portability import ExportDocument, ImportResult
-from backend.services import portability
+from backend.services import erasure, portability
 
 router = APIRouter(prefix="/api/{user_id}", tags=["account"], responses=API_ERRORS)
 _ATTACHMENT = 'attachment; filename="todo-agent-export.json"'
@@ -82,3 +82,13 @@ async def import_account(
     return await portability.import_document(
         db=db, user=user.user_id, document=document, config=context.settings
     )
+
+
+@router.delete("", status_code=status.HTTP_204_NO_CONTENT, operation_id="deleteAccount")
+async def delete_account(user: SignedInUser, context: Context) -> Response:
+    """Erase the user: every row about them (tasks and lists they own, memberships,
+    sessions, messages, settings, events...), in short transactions; one `user.deleted`
+    event is left for the webhook. A new token for the same user starts an empty account.
+    Also 204 when the service holds nothing of theirs."""
+    await erasure.erase(context.database, user.user_id, forget=context.known_users.discard)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,12 +1,13 @@
 """Upkeep: prune events past their retention, purge the trash past its retention, forget
-the answered MCP questions that have expired, read the outbox's gauges."""
+the answered MCP questions that have expired, finish the erasures that stopped midway, read
+the outbox's gauges."""
 
 import asyncio
 import logging
 
 from backend import metrics
 from backend.db import Database
-from backend.services import mcp_states, tasks
+from backend.services import erasure, mcp_states, tasks
 from backend.services.outbox import store
 from backend.services.outbox.worker import BackgroundWorker
 from backend.settings import Settings
@@ -42,6 +43,7 @@ class Upkeep(BackgroundWorker):
                 await tasks.purge_expired_trash(
                     connection, retention_d=self._trash_retention_d, batch=TRASH_BATCH
                 )
+            await erasure.resume_stalled(self._database)
 
     async def _run(self) -> None:
         rounds = 0

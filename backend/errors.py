@@ -35,6 +35,13 @@ class UserMismatch(DomainError):
     detail = "The user id in the path is not the signed-in user."
 
 
+class WebhookNotVerified(DomainError):
+    """A webhook whose signature does not verify, or whose timestamp is too far off."""
+
+    status_code = 401
+    detail = "The webhook's signature does not verify."
+
+
 class NotAllowed(DomainError):
     """A member's role does not allow this (a viewer's write, an editor sharing)."""
 
@@ -138,6 +145,10 @@ class SessionBusy(Conflict):
 
 class AccountBeingErased(Conflict):
     detail = "This account is being erased; once that is done, signing in starts a new one."
+
+
+class WebhookReplayed(Conflict):
+    detail = "This webhook message was received before; it is not acted on twice."
 
 
 class IdempotencyInProgress(Conflict):

@@ -23,6 +23,7 @@ from backend.routers import (
     dev,
     events,
     health,
+    hooks,
     lists,
     mcp,
     metrics,
@@ -125,6 +126,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         calendar,
         user_settings,
         account,
+        hooks,
     ):
         # The routes are complete (prefix, tags, documented errors) once declared; adding
         # them directly spares every request FastAPI's lazy re-resolution of included

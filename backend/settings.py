@@ -107,6 +107,9 @@ class Settings(BaseSettings):
         default_factory=lambda: [5.0, 30.0, 120.0, 600.0, 3600.0, 10800.0, 36000.0]
     )
     webhook_timeout_s: float = Field(default=10.0, gt=0)
+    # The identity provider's user-deletion webhook (POST /hooks/identity), Standard
+    # Webhooks signed; unset: that route answers 404.
+    identity_webhook_secret: SecretStr | None = None
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     shutdown_grace_s: float = Field(default=30.0, ge=0)
@@ -178,6 +181,19 @@ class Settings(BaseSettings):
     @property
     def webhooks_enabled(self) -> bool:
         return bool(self.webhook_url)
+
+    @field_validator("identity_webhook_secret")
+    @classmethod
+    def _standard_webhooks_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value():
+            return None
+        from standardwebhooks import Webhook
+
+        try:
+            Webhook(value.get_secret_value())
+        except Exception as error:
+            raise ValueError("must be a Standard Webhooks secret: whsec_ + base64") from error
+        return value
 
     @model_validator(mode="after")
     def _webhook_needs_secret(self) -> "Settings":

@@ -1,8 +1,11 @@
 """The identity provider's webhook: IdentityWebhookMessage (table), the ids of the messages
-received, so that a replay is refused."""
+received, so that a replay is refused; IdentityEvent, what a message says."""
 
 from datetime import datetime
+from typing import Any
 
+from pydantic import BaseModel
+from pydantic import Field as PydanticField
 from sqlalchemy import Column, Index, String
 from sqlmodel import Field, SQLModel
 
@@ -18,3 +21,16 @@ class IdentityWebhookMessage(SQLModel, table=True):
 
     id: str = Field(sa_column=Column(String(255), primary_key=True))
     received_at: datetime = Timestamp()
+
+
+class IdentityEvent(BaseModel):
+    """An identity provider's event, as Clerk sends them: `{"type", "data": {"id", ...}}`."""
+
+    type: str = PydanticField(max_length=100)
+    data: dict[str, Any] = PydanticField(default_factory=dict)
+
+
+class DeletedUser(BaseModel):
+    """`data` of a `user.deleted` event: the user's id (the `sub` of their tokens)."""
+
+    id: str = PydanticField(min_length=1, max_length=255)

@@ -212,6 +212,14 @@ async def test_every_process_forgets_an_erased_user(
     assert "nothing to erase" in nothing.stderr
 
 
+async def _messages_of(engine: AsyncEngine, user: str) -> int:
+    async with engine.connect() as connection:
+        found = await connection.execute(
+            text("SELECT count(*) FROM agent_messages WHERE user_id = :user"), {"user": user}
+        )
+        return int(found.scalar_one())
+
+
 async def _erasing(engine: AsyncEngine, user: str) -> bool:
     async with engine.connect() as connection:
         marked = await connection.execute(
@@ -286,11 +294,7 @@ async def test_the_users_requests_during_the_erasure_resurrect_nothing(
     found = await rows_naming(engine, "ada")
     # Only the event, and whatever a request that came after the erasure made anew.
     assert found.get(("events", "user_id"), 0) >= 1
-    async with engine.connect() as connection:
-        old = await connection.execute(
-            text("SELECT count(*) FROM agent_messages WHERE user_id = 'ada'")
-        )
-        assert old.scalar_one() == 0
+    assert await _messages_of(engine, "ada") == 0
 
 
 async def test_another_users_chat_answers_during_a_large_erasure(
@@ -319,11 +323,7 @@ async def test_another_users_chat_answers_during_a_large_erasure(
     )
     assert len(latencies) >= 10
     assert max(latencies) < max(1.0, erasure_s / 4)
-    async with engine.connect() as connection:
-        left = await connection.execute(
-            text("SELECT count(*) FROM agent_messages WHERE user_id = 'ada'")
-        )
-        assert left.scalar_one() == 0
+    assert await _messages_of(engine, "ada") == 0
 
 
 async def test_an_erasure_that_stopped_midway_is_finished_by_the_upkeep_loop(

@@ -40,7 +40,7 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 HELP = (
     "/tasks  your tasks · /lists  your lists · /list NAME  one list's tasks · /trash  deleted"
     " ones · /restore N · /undo  take back the last change · /sessions  past chats · /open ID"
-    "  continue one · /settings · /new · /quit"
+    "  continue one · /settings · /export FILE  all your data · /new · /quit"
 )
 Event = Callable[[str, dict[str, Any]], None]
 # Longer than the service's keep-alive interval (15 s): a silent stream is a dead one.
@@ -265,6 +265,24 @@ class Service:
         result: dict[str, Any] = self._send("GET", f"/sessions/{session_id}/messages")
         return result
 
+    def export(self, path: Path) -> int:
+        """Everything the service holds about the user, written to `path` as it streams
+        (an account of any size); the bytes written."""
+        written = 0
+        try:
+            with self.http.stream("GET", f"{self.root}/export") as response:
+                if response.is_error:
+                    response.read()
+                    raise _problem(response)
+                with path.open("wb") as file:
+                    for chunk in response.iter_bytes():
+                        written += file.write(chunk)
+        except httpx.TransportError as error:
+            raise ChatError(f"Lost the connection to {self.http.base_url}.") from error
+        except OSError as error:
+            raise ChatError(f"Cannot write {path}: {error.strerror or error}.") from error
+        return written
+
 
 def activity(call: dict[str, Any], result: dict[str, Any] | None) -> str:
     """A tool call in a few words: "Added task 4: Buy milk"."""
@@ -402,6 +420,11 @@ class Chat:
             deleted = _local(task["deleted_at"])
             table.add_row(str(task["number"]), Text(task["title"]), steps, deleted)
         self.info.print(table)
+
+    def export(self, name: str) -> None:
+        path = Path(name).expanduser()
+        written = self.service.export(path)
+        self.info.print(Text(f"Exported everything of yours to {path} ({written:,} bytes)."))
 
     def restore(self, ref: str) -> None:
         task = self.service.restore(ref.removeprefix("#"))
@@ -551,6 +574,8 @@ class Chat:
                 self.show_sessions()
             case "/settings":
                 self.show_settings()
+            case "/export" if rest.strip():
+                self.export(rest.strip())
             case "/new":
                 self.session_id = None
                 self.info.print("New chat.")

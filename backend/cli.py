@@ -1,4 +1,4 @@
-"""`todo-agent serve | migrate | token | chat`."""
+"""`todo-agent serve | migrate | token | chat | users export | users erase`."""
 
 import argparse
 import asyncio
@@ -133,6 +133,66 @@ def token(args: argparse.Namespace) -> None:
     )
 
 
+def _users() -> Settings:
+    """Settings for a command on DATABASE_URL (in development, the embedded one); it signs
+    nothing, so no secret is made for it."""
+    settings = Settings()
+    settings.check_production()
+    return settings.model_copy(update={"database_url": _database_url(settings)})
+
+
+def users_export(args: argparse.Namespace) -> None:
+    """The user's export document on stdout, as GET /api/{user_id}/export writes it."""
+    from backend.db import Database
+    from backend.errors import NotFound
+    from backend.services import portability
+
+    settings = _users()
+
+    async def run() -> bool:
+        database = Database(settings)
+        try:
+            async with database.snapshot(as_user=args.user_id) as snapshot:
+                try:
+                    chunks = await portability.export(snapshot, user=args.user_id)
+                except NotFound:
+                    return False
+                async for chunk in chunks:
+                    sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+            return True
+        finally:
+            await database.dispose()
+
+    if not asyncio.run(run()):
+        print(f"todo-agent: no user {args.user_id!r} here", file=sys.stderr)
+        sys.exit(1)
+
+
+def users_erase(args: argparse.Namespace) -> None:
+    """Erase the user, as DELETE /api/{user_id} does (running servers forget them too)."""
+    from backend.db import Database
+    from backend.services import erasure
+
+    settings = _users()
+    configure_logging(settings.log_level)
+
+    async def run() -> bool:
+        database = Database(settings)
+        try:
+            return await erasure.erase(database, args.user_id)
+        finally:
+            await database.dispose()
+
+    erased = asyncio.run(run())
+    print(
+        f"todo-agent: erased {args.user_id!r}"
+        if erased
+        else f"todo-agent: no user {args.user_id!r} here; nothing to erase",
+        file=sys.stderr,
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="todo-agent", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -159,6 +219,19 @@ def main(argv: list[str] | None = None) -> None:
     chat_parser = commands.add_parser("chat", help="chat with a running service in the terminal")
     chat_cli.add_arguments(chat_parser)
     chat_parser.set_defaults(run=chat_cli.run)
+
+    users_parser = commands.add_parser("users", help="a user's data: export or erase it")
+    users_commands = users_parser.add_subparsers(dest="users_command", required=True)
+    export_parser = users_commands.add_parser(
+        "export", help="write everything held about the user as JSON on stdout"
+    )
+    export_parser.add_argument("user_id")
+    export_parser.set_defaults(run=users_export)
+    erase_parser = users_commands.add_parser(
+        "erase", help="erase the user: every row about them, one user.deleted event left"
+    )
+    erase_parser.add_argument("user_id")
+    erase_parser.set_defaults(run=users_erase)
 
     args = parser.parse_args(argv)
     try:

@@ -39,6 +39,8 @@ class AppContext:
         http = httpx.AsyncClient()
         database = Database(settings, on_statement=metrics.count_statement)
         events = EventHub(settings, database)
+        known_users = KnownUsers()
+        events.on_forget(known_users.discard)
         webhooks = None
         if settings.webhooks_enabled:
             webhooks = WebhookDispatcher(settings, database, source=events.source)
@@ -53,6 +55,7 @@ class AppContext:
             reminders=ReminderClock(settings, database),
             upkeep=Upkeep(settings, database),
             webhooks=webhooks,
+            known_users=known_users,
         )
 
     def _background(self) -> list[BackgroundWorker]:

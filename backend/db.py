@@ -32,6 +32,7 @@ APP_ROLE = "todo_agent_app"
 WORKER_ROLE = "todo_agent_worker"
 _ACT_AS = text("SELECT set_config('todo_agent.user_id', :user, true)")
 _AS_WORKER = text(f"SELECT set_config('role', '{WORKER_ROLE}', true)")
+_UTC = text("SELECT set_config('TimeZone', 'UTC', true)")
 
 # Errors that mean "the database is not there right now", as opposed to a bad query.
 _CONNECTIVITY_ERRORS: tuple[type[BaseException], ...] = (
@@ -203,6 +204,21 @@ class Database:
             async with self.engine.begin() as connection:
                 await connection.execute(_ACT_AS, {"user": as_user})
                 yield connection
+
+    @asynccontextmanager
+    async def snapshot(self, *, as_user: str) -> AsyncIterator[AsyncConnection]:
+        """A read-only transaction acting for `as_user` that sees one moment throughout
+        (REPEATABLE READ), however many statements it runs and however long they stream:
+        for reading a whole account (the export). Timestamps are written in UTC."""
+        with _unavailable_as_503():
+            async with self.engine.connect() as connection:
+                await connection.execution_options(
+                    isolation_level="REPEATABLE READ", postgresql_readonly=True
+                )
+                async with connection.begin():
+                    await connection.execute(_ACT_AS, {"user": as_user})
+                    await connection.execute(_UTC)
+                    yield connection
 
     @asynccontextmanager
     async def system(self) -> AsyncIterator[AsyncConnection]:

@@ -5,6 +5,7 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from backend.auth import Identity
@@ -35,14 +36,22 @@ async def current_identity(
     return await context.verifier.verify(credentials.credentials)
 
 
-async def current_user(
+async def signed_in_user(
     user_id: Annotated[str, Path(min_length=1, max_length=255)],
     identity: Annotated[Identity, Depends(current_identity)],
-    context: Context,
 ) -> Identity:
-    """The signed-in user, who must be the one the path names; created on first sight."""
+    """The signed-in user, who must be the one the path names (not created here)."""
     if user_id != identity.user_id:
         raise UserMismatch()
+    return identity
+
+
+# For erasing an account: signing in does not make the account first.
+SignedInUser = Annotated[Identity, Depends(signed_in_user)]
+
+
+async def current_user(identity: SignedInUser, context: Context) -> Identity:
+    """The signed-in user, who must be the one the path names; created on first sight."""
     await ensure_user(context, identity)
     return identity
 
@@ -67,6 +76,16 @@ async def get_db(context: Context, user: CurrentUser) -> AsyncIterator[AsyncSess
 
 # Committed before the response is sent, so a 2xx means the change is durable.
 DbSession = Annotated[AsyncSession, Depends(get_db, scope="function")]
+
+
+async def get_snapshot(context: Context, user: CurrentUser) -> AsyncIterator[AsyncConnection]:
+    """A read-only snapshot of the signed-in user's rows (Database.snapshot)."""
+    async with context.database.snapshot(as_user=user.user_id) as connection:
+        yield connection
+
+
+# Held until the response has been sent: a streamed answer reads from it as it goes.
+Snapshot = Annotated[AsyncConnection, Depends(get_snapshot)]
 
 
 IdempotencyKey = Annotated[

@@ -35,6 +35,13 @@ class UserMismatch(DomainError):
     detail = "The user id in the path is not the signed-in user."
 
 
+class WebhookNotVerified(DomainError):
+    """A webhook whose signature does not verify, or whose timestamp is too far off."""
+
+    status_code = 401
+    detail = "The webhook's signature does not verify."
+
+
 class NotAllowed(DomainError):
     """A member's role does not allow this (a viewer's write, an editor sharing)."""
 
@@ -93,6 +100,13 @@ class CalendarNotFound(NotFound):
     detail = "No calendar feed here."
 
 
+class InvalidImport(DomainError):
+    """An export document that validates but cannot be added as it is (nothing is)."""
+
+    status_code = 422
+    detail = "The document cannot be imported; nothing was imported."
+
+
 class UnknownModel(DomainError):
     status_code = 422
     detail = "That model is not one this service offers."
@@ -127,6 +141,14 @@ class UndoConflict(Conflict):
 
 class SessionBusy(Conflict):
     detail = "This session is busy with another message; try again when it has answered."
+
+
+class AccountBeingErased(Conflict):
+    detail = "This account is being erased; once that is done, signing in starts a new one."
+
+
+class WebhookReplayed(Conflict):
+    detail = "This webhook message was received before; it is not acted on twice."
 
 
 class IdempotencyInProgress(Conflict):

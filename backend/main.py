@@ -1,6 +1,7 @@
 """The FastAPI application factory."""
 
 import gc
+import re
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -13,14 +14,16 @@ from backend.errors import install_error_handlers
 from backend.fast_path import ChatFastPath
 from backend.logs import configure_logging
 from backend.metrics import release_process_metrics
-from backend.middleware import RequestMiddleware
+from backend.middleware import BodyLimit, RequestMiddleware
 from backend.routers import (
+    account,
     calendar,
     chat,
     chat_ui,
     dev,
     events,
     health,
+    hooks,
     lists,
     mcp,
     metrics,
@@ -32,16 +35,21 @@ from backend.routers import (
 from backend.routers import settings as user_settings
 from backend.settings import Settings, load_settings
 
+_IMPORT_PATH = re.compile(r"/api/[^/]+/import")
+
 
 class _App(FastAPI):
     """FastAPI with RequestMiddleware outside everything, Starlette's server-error handler
     included: a 500 too carries X-Request-ID and is logged and counted with its status."""
 
     max_request_bytes: int
+    larger_bodies: list[BodyLimit]
 
     def build_middleware_stack(self) -> ASGIApp:
         return RequestMiddleware(
-            super().build_middleware_stack(), max_body_bytes=self.max_request_bytes
+            super().build_middleware_stack(),
+            max_body_bytes=self.max_request_bytes,
+            larger_bodies=self.larger_bodies,
         )
 
 
@@ -84,6 +92,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.max_request_bytes = settings.max_request_bytes
+    # An export document brought back is as large as the account it came from.
+    app.larger_bodies = [BodyLimit("POST", _IMPORT_PATH, settings.import_max_bytes)]
     install_error_handlers(app)
     # Added before the CORS middleware, so that it runs inside it: see ChatFastPath.
     app.add_middleware(ChatFastPath)
@@ -115,6 +125,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         events,
         calendar,
         user_settings,
+        account,
+        hooks,
     ):
         # The routes are complete (prefix, tags, documented errors) once declared; adding
         # them directly spares every request FastAPI's lazy re-resolution of included

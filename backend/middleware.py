@@ -7,7 +7,10 @@ line is only built when INFO is enabled.
 
 import json
 import logging
+import re
 import time
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from prometheus_client import Histogram
 from starlette.exceptions import HTTPException
@@ -36,10 +39,21 @@ class _BodyTooLarge(HTTPException):
         super().__init__(status_code=413, detail=PayloadTooLarge.detail)
 
 
+class BodyLimit(NamedTuple):
+    """A body cap of its own for the requests of one method whose path matches `path`."""
+
+    method: str
+    path: re.Pattern[str]
+    max_bytes: int
+
+
 class RequestMiddleware:
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, max_body_bytes: int, larger_bodies: Sequence[BodyLimit] = ()
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.larger_bodies = larger_bodies
         # The histogram child per (method, route, status): `labels()` costs more than a dict
         # lookup, and the set is small (known methods, route templates, statuses we send).
         self._latency: dict[tuple[str, str, int], Histogram] = {}
@@ -78,16 +92,20 @@ class RequestMiddleware:
             await send(message)
 
         async def receive_capped() -> Message:
-            nonlocal received, too_large
+            nonlocal received, too_large, limit
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                if received > limit and limit == self.max_body_bytes:
+                    limit = self._limit_for(scope)
                 if received > limit:
                     too_large = True
                     raise _BodyTooLarge()
             return message
 
         try:
+            if content_length is not None and _exceeds(content_length, limit):
+                limit = self._limit_for(scope)
             if content_length is not None and _exceeds(content_length, limit):
                 status = 413
                 await _send_too_large(send, id_header)
@@ -130,6 +148,14 @@ class RequestMiddleware:
                     },
                 )
             request_id_var.reset(token)
+
+    def _limit_for(self, scope: Scope) -> int:
+        """The body cap of this request: its route's own, or the default. Looked up only
+        for a body over the default, so that other requests pay nothing for it."""
+        for larger in self.larger_bodies:
+            if scope["method"] == larger.method and larger.path.fullmatch(scope["path"]):
+                return larger.max_bytes
+        return self.max_body_bytes
 
 
 def _exceeds(content_length: bytes, limit: int) -> bool:

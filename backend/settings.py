@@ -74,6 +74,8 @@ class Settings(BaseSettings):
     # allowed Host header at /mcp (besides loopback ones).
     public_base_url: str | None = None
     max_request_bytes: int = Field(default=64 * 1024, ge=1024)
+    # POST /api/{user_id}/import takes a whole export document: its own, larger cap.
+    import_max_bytes: int = Field(default=50 * 1024 * 1024, ge=1024)
 
     chat_rate_limit_per_minute: int = Field(default=30, ge=0)
     chat_busy_policy: Literal["wait", "reject"] = "wait"
@@ -95,15 +97,19 @@ class Settings(BaseSettings):
     events_retention_h: float = Field(default=24.0, gt=0)
     events_keepalive_s: float = Field(default=15.0, gt=0)
     # How often each replica looks for reminders that came due, and after how long one
-    # that fires is "late" (the service was not running when it came due).
+    # that fires is "late" (the contract: more than 5 s after its time; the service was
+    # not running when it came due).
     reminder_poll_s: float = Field(default=1.0, gt=0)
-    reminder_late_after_s: float = Field(default=60.0, ge=0)
+    reminder_late_after_s: float = Field(default=5.0, ge=0)
     webhook_url: str | None = None
     webhook_secret: SecretStr | None = None
     webhook_retry_schedule_s: Annotated[list[float], NoDecode] = Field(
         default_factory=lambda: [5.0, 30.0, 120.0, 600.0, 3600.0, 10800.0, 36000.0]
     )
     webhook_timeout_s: float = Field(default=10.0, gt=0)
+    # The identity provider's user-deletion webhook (POST /hooks/identity), Standard
+    # Webhooks signed; unset: that route answers 404.
+    identity_webhook_secret: SecretStr | None = None
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     shutdown_grace_s: float = Field(default=30.0, ge=0)
@@ -175,6 +181,19 @@ class Settings(BaseSettings):
     @property
     def webhooks_enabled(self) -> bool:
         return bool(self.webhook_url)
+
+    @field_validator("identity_webhook_secret")
+    @classmethod
+    def _standard_webhooks_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value():
+            return None
+        from standardwebhooks import Webhook
+
+        try:
+            Webhook(value.get_secret_value())
+        except Exception as error:
+            raise ValueError("must be a Standard Webhooks secret: whsec_ + base64") from error
+        return value
 
     @model_validator(mode="after")
     def _webhook_needs_secret(self) -> "Settings":

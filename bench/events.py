@@ -11,12 +11,9 @@ Writes bench/results/events.{md,json}.
 
 import argparse
 import asyncio
-import json
 import statistics
-import tempfile
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
@@ -24,26 +21,16 @@ import httpx
 
 from backend.auth import create_token
 from bench.harness import (
-    BIN,
-    REPO,
     Server,
     asyncpg_dsn,
-    clean_env,
-    database,
-    reset_schema,
+    one_service,
+    rss_mib,
     statements_total,
+    write_results,
 )
 
 SECRET = "bench-secret-" + "x" * 40
-RESULTS = REPO / "bench" / "results"
 TARGET_S = 1.0
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 async def connections(dsn: str) -> int:
@@ -171,24 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--streams", type=int, default=1000)
     args = parser.parse_args(argv)
-    with database() as (url, where):
-        env = clean_env(
-            DATABASE_URL=url,
-            JWT_SECRET=SECRET,
-            CHAT_RATE_LIMIT_PER_MINUTE="0",
-            LOG_LEVEL="WARNING",
-            EVENTS_KEEPALIVE_S="30",
-        )
-        reset_schema(url, env)
-        log = Path(tempfile.mkdtemp(prefix="bench-events-")) / "serve.log"
-        command = [str(BIN / "todo-agent"), "serve", "--workers", "1"]
-        with Server("service", command, env, log) as server:
-            result = asyncio.run(_measure(server, asyncpg_dsn(url), args.streams))
-    text = report(result, where)
-    print(text)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "events.md").write_text(text)
-    (RESULTS / "events.json").write_text(json.dumps(result, indent=2) + "\n")
+    with one_service("events", SECRET, EVENTS_KEEPALIVE_S="30") as (server, url, where):
+        result = asyncio.run(_measure(server, asyncpg_dsn(url), args.streams))
+    write_results("events", report(result, where), result)
     return 0
 
 

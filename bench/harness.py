@@ -1,6 +1,7 @@
 """What the bench runs on: the database, the server processes, and what /proc says of them."""
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -111,6 +112,14 @@ def machine_busy_seconds() -> float:
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = fields[3] + fields[4]  # idle, iowait
     return (sum(fields[:8]) - idle) / _CLOCK_TICKS
+
+
+def rss_mib(pid: int) -> float:
+    """VmRSS: the process's resident set size now."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -311,3 +320,32 @@ def database_cpu_since(seeder: Seeder, before: Mapping[int, float]) -> float | N
     if not pids:
         return None
     return sum(now[pid] - before.get(pid, 0.0) for pid in pids)
+
+
+@contextmanager
+def one_service(name: str, secret: str, **settings: str) -> Iterator[tuple[Server, str, str]]:
+    """One `todo-agent serve` worker on a freshly migrated database (BENCH_DATABASE_URL, else
+    an embedded one), signing with `secret`, no rate limit, quiet logs, and `settings`:
+    (the server, the database URL, where the database is)."""
+    with database() as (url, where):
+        env = clean_env(
+            DATABASE_URL=url,
+            JWT_SECRET=secret,
+            CHAT_RATE_LIMIT_PER_MINUTE="0",
+            LOG_LEVEL="WARNING",
+            **settings,
+        )
+        reset_schema(url, env)
+        log = Path(tempfile.mkdtemp(prefix=f"bench-{name}-")) / "serve.log"
+        command = [str(BIN / "todo-agent"), "serve", "--workers", "1"]
+        with Server("service", command, env, log) as server:
+            yield server, url, where
+
+
+def write_results(name: str, text: str, result: Mapping[str, object]) -> None:
+    """Print the report and keep it, with its figures, in bench/results/NAME.{md,json}."""
+    print(text)
+    results = REPO / "bench" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"{name}.md").write_text(text)
+    (results / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")

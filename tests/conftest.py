@@ -25,7 +25,10 @@ from tests.fake_openai import FakeOpenAI
 
 TEST_SECRET = "test-secret-" + "x" * 40
 TEST_MCP_STATE_SECRET = "test-mcp-state-secret-" + "x" * 40
-_TABLES = "events, agent_messages, agent_sessions, tasks, idempotency_keys, users"
+_TABLES = (
+    "events, agent_messages, agent_sessions, tasks, idempotency_keys, users,"
+    " identity_webhook_messages"
+)
 
 # The service reads these from the environment; a developer's shell must not leak into tests.
 for _name in list(os.environ):

@@ -33,8 +33,9 @@ def run_cli(*args: str, env: Mapping[str, str]) -> subprocess.CompletedProcess[s
 
 
 class ServerProcess:
-    """A server on a free loopback port, ready once `GET /health` answers 200: by default
-    `todo-agent serve`; `command` runs another one (it gets `--port` appended)."""
+    """A server on a free loopback port (or `port`, chosen before), ready once `GET /health`
+    answers 200: by default `todo-agent serve`; `command` runs another one (it gets `--port`
+    appended)."""
 
     def __init__(
         self,
@@ -44,9 +45,10 @@ class ServerProcess:
         log: Path | None = None,
         command: Sequence[str] | None = None,
         cwd: Path | None = None,
+        port: int | None = None,
     ):
         self.env = {**os.environ, **env}
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         base = command or [TODO_AGENT, "serve", "--workers", str(workers)]
         self.command = [*base, "--port", str(self.port)]

@@ -24,9 +24,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.settings import Settings
-from tests.conftest import serving
+from tests.conftest import server_env, serving
 from tests.node import JS_DIR, require_node
-from tests.servers import free_port
+from tests.servers import ServerProcess, free_port
+from tests.test_erasure import rows_naming
 
 pytestmark = pytest.mark.asyncio
 
@@ -35,7 +36,7 @@ GRACE_S = 3  # jwks.gracePeriod: how long a rotated-out key stays in its JWKS
 CACHE_S = 2.0  # a JWT_JWKS_CACHE_S short enough to watch a revoked key stop working
 SHORT_EXPIRY_S = 3  # jwt.expirationTime of the short-lived instance
 
-Instances = dict[str, str]  # instance name -> base URL
+Instances = dict[str, str]  # instance name -> base URL (and "todo-agent", where one calls)
 OpenApi = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
 
 
@@ -45,7 +46,9 @@ def better_auth() -> Iterator[Instances]:
     loopback port with its own keys; it exits when its stdin closes."""
     node = require_node("better-auth")
     ports = {name: free_port() for name in ("EdDSA", "RS256", "ES256", "other")}
-    ports |= {"rotating": free_port(), "short-lived": free_port()}
+    ports |= {"rotating": free_port(), "short-lived": free_port(), "erasing": free_port()}
+    # The todo-agent server the "erasing" instance calls when a user is deleted there.
+    todo_agent = f"http://127.0.0.1:{free_port()}"
     eddsa_url = f"http://127.0.0.1:{ports['EdDSA']}"
     configs: dict[str, dict[str, Any]] = {
         "EdDSA": {},
@@ -55,6 +58,7 @@ def better_auth() -> Iterator[Instances]:
         "other": {"issuer": eddsa_url, "audience": eddsa_url},
         "rotating": {"rotationInterval": ROTATION_S, "gracePeriod": GRACE_S},
         "short-lived": {"expirationTime": f"{SHORT_EXPIRY_S}s"},
+        "erasing": {"todoAgentUrl": todo_agent},
     }
     for name, config in configs.items():
         config["port"] = ports[name]
@@ -71,7 +75,7 @@ def better_auth() -> Iterator[Instances]:
         started, _, _ = select.select([process.stdout], [], [], 60)
         ready = json.loads(process.stdout.readline() if started else "{}")
         assert ready.get("ready"), f"Better Auth did not start (exit {process.poll()})"
-        yield ready["instances"]
+        yield ready["instances"] | {"todo-agent": todo_agent}
     finally:
         process.stdin.close()
         try:
@@ -292,3 +296,53 @@ async def test_token_expired_by_better_auth_is_unauthorized(
         assert (await list_tasks(api, user.id, token)).status_code == 200
         await asyncio.sleep(exp + 0.5 - time.time())
         assert_unauthorized(await list_tasks(api, user.id, token))
+
+
+# --- Deleting the user in Better Auth erases them here -------------------------------------
+
+
+async def test_deleting_a_better_auth_user_erases_them_here_from_its_before_delete_hook(
+    sign_up: Callable[..., Any],
+    better_auth: Instances,
+    database_url: str,
+    engine: AsyncEngine,
+    tmp_path: Any,
+) -> None:
+    """The hook of docs/data.md (tests/js/better-auth/server.mjs): Better Auth's
+    `user.deleteUser.beforeDelete` calls DELETE /api/{id} with a token the jwt() plugin
+    signs for the user; when it fails, Better Auth keeps its user too."""
+    base_url = better_auth["erasing"]
+    env = server_env(
+        database_url,
+        JWT_JWKS_URL=f"{base_url}/api/auth/jwks",
+        JWT_ISSUER=base_url,
+        JWT_AUDIENCE=base_url,
+        JWT_ALGORITHMS="EdDSA",
+    )
+    port = int(better_auth["todo-agent"].rsplit(":", 1)[1])
+    server = ServerProcess(env, port=port, log=tmp_path / "serve.log")
+    user: BetterAuthUser = await sign_up("erasing", name="Leaving")
+    kept: BetterAuthUser = await sign_up("erasing", name="Staying")
+    with server:
+        async with httpx.AsyncClient(base_url=server.url) as api:
+            for who in (user, kept):
+                made = await api.post(
+                    f"/api/{who.id}/tasks", json={"title": "Mine"}, headers=bearer(await who.jwt())
+                )
+                assert made.status_code == 201, made.text
+        deleted = await user.browser.post(
+            "/api/auth/delete-user", json={"password": "correct horse battery"}
+        )
+        assert deleted.status_code == 200, deleted.text
+    assert await rows_naming(engine, user.id) == {("events", "user_id"): 1}
+    session = await user.browser.get("/api/auth/get-session")
+    assert session.json() is None  # gone from Better Auth too
+
+    # The service is down now: the hook throws, and Better Auth keeps its user.
+    refused = await kept.browser.post(
+        "/api/auth/delete-user", json={"password": "correct horse battery"}
+    )
+    assert refused.status_code >= 400
+    session = await kept.browser.get("/api/auth/get-session")
+    assert session.json()["user"]["id"] == kept.id
+    assert (await rows_naming(engine, kept.id)).get(("users", "id")) == 1

@@ -1,6 +1,7 @@
 """`todo-agent chat` as a person or a script uses it: a subprocess against a real server."""
 
 import contextlib
+import json
 import os
 import queue
 import re
@@ -207,6 +208,27 @@ def test_tasks_show_steps_under_their_plan_and_settings_are_shown(
     assert "└ Call mom" not in tasks
     for value in ("Ana", "Europe/Lisbon", "Be brief.", "gpt-4o-mini"):
         assert value in settings
+
+
+def test_export_writes_everything_of_the_user_to_a_file(
+    server: ServerProcess, name: str, tmp_path: Path
+) -> None:
+    user = dev_user_id(name)
+    api = httpx.Client(base_url=f"{server.url}/api/{user}", headers=auth(user))
+    plan = {"title": "Move house", "steps": ["Book the van", "Pack boxes"]}
+    assert api.post("/tasks", json=plan).status_code == 201
+    target = tmp_path / "mine.json"
+    lines = [f"/export {target}", f"/export {tmp_path / 'missing' / 'x.json'}", "/quit"]
+    token = token_for(user, name=name)
+    done = chat(server, stdin="\n".join(lines) + "\n", env={"TODO_AGENT_TOKEN": token})
+    assert done.returncode == 0, done.stderr
+    assert f"Exported everything of yours to {target} (" in done.stdout
+    assert "Cannot write" in done.stdout  # said in plain words; the chat goes on
+    document = json.loads(target.read_text())
+    assert document["format"] == "todo-agent-export/1"
+    [task] = document["tasks"]
+    assert [step["title"] for step in task["steps"]] == ["Book the van", "Pack boxes"]
+    assert "/export FILE" in done.stdout  # in the help shown at the start
 
 
 def test_the_development_secret_in_the_data_dir_signs_in(

@@ -111,7 +111,20 @@ EXPECTED: dict[str, list[str | tuple[str, int]]] = {
         '"role":"owner"',
     ],
     "docs/operations.md": ['"status":"ok"', '"migrations":"at head"', 'route="/health"'],
+    "docs/data.md": [
+        'content-disposition: attachment; filename="todo-agent-export.json"',
+        "todo-agent-export/1 ['Move flat', 'Water the plants'] 2",
+        '{"lists":1,"tasks":4,"sessions":1,"messages":2}',
+        '"title":"Move flat"',
+        "erased: 204",
+        ('{"data":[],"count":0}', 2),
+        "hook: 204",
+        "replayed: 409",
+    ],
 }
+# The identity provider's webhook secret the guides' server runs with (docs/data.md signs
+# with it).
+DOCS_IDENTITY_SECRET = "whsec_dG9kby1hZ2VudCBkb2NzIGlkZW50aXR5IHNlY3JldA=="
 
 _FENCE = re.compile(r"^```(?P<language>[^\s`]*)[^\n]*\n(?P<code>.*?)^```[ \t]*$", re.M | re.S)
 _NOT_RUN = re.compile(r"<!-- not run: (?P<reason>\S.*?) -->")
@@ -211,7 +224,8 @@ def guide_server(
     database_url: str, engine: object, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("docs") / "serve.log"
-    with ServerProcess(server_env(database_url), log=log) as server:
+    env = server_env(database_url, IDENTITY_WEBHOOK_SECRET=DOCS_IDENTITY_SECRET)
+    with ServerProcess(env, log=log) as server:
         yield server
 
 

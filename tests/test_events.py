@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from backend.context import AppContext
 from tests.chat_helpers import chat
 from tests.conftest import auth, server_env
 from tests.factories import make_task
@@ -347,6 +348,33 @@ async def test_completing_clearing_or_deleting_cancels_a_reminder_and_moving_it_
             break
     reminders = [e for e in await events_of(engine, user) if e[0] == "reminder.due"]
     assert reminders == [("reminder.due", "moved")]
+
+
+async def test_a_reminder_is_late_when_it_fires_more_than_5_s_after_its_time(
+    app: FastAPI, client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    """The contract's `late`, with the default REMINDER_LATE_AFTER_S: a reminder missed
+    during a short restart (10 s) is late; one a few seconds behind is not."""
+    context: AppContext = app.state.context
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    for title in ("missed", "behind"):
+        await make_task(client, user="alice", title=title, remind_at=later)
+    async with engine.begin() as connection:
+        await connection.execute(
+            text(
+                "UPDATE tasks SET remind_at = now() - CASE title WHEN 'missed'"
+                " THEN interval '10 seconds' ELSE interval '3 seconds' END"
+            )
+        )
+    await context.reminders.fire_due()
+    async with engine.connect() as connection:
+        rows = await connection.execute(
+            text(
+                "SELECT data->'task'->>'title', data->'late' FROM events"
+                " WHERE type = 'reminder.due' ORDER BY 1"
+            )
+        )
+        assert [tuple(row) for row in rows] == [("behind", False), ("missed", True)]
 
 
 # ------------------------------------------------------------------ the calendar feed

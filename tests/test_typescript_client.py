@@ -21,6 +21,7 @@ DOC_FILES = {
     "nextjs/app/todo-chat.tsx": "docs/nextjs.md",
     "nextjs/app/api/todo-agent-webhook/route.ts": "docs/events-webhooks-calendar.md",
     "nextjs/lib/use-task-events.ts": "docs/events-webhooks-calendar.md",
+    "nextjs/lib/auth.ts": "docs/data.md",
 }
 
 

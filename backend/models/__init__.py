@@ -4,6 +4,7 @@ from backend.models.approval import Approval
 from backend.models.change import TaskChange
 from backend.models.event import Event
 from backend.models.idempotency import IdempotencyKey
+from backend.models.identity import IdentityWebhookMessage
 from backend.models.list import ListInvitation, ListMember, TaskNumber, TodoList
 from backend.models.mcp import McpRequestState
 from backend.models.session import AgentMessage, AgentSession
@@ -16,6 +17,7 @@ __all__ = [
     "Approval",
     "Event",
     "IdempotencyKey",
+    "IdentityWebhookMessage",
     "ListInvitation",
     "ListMember",
     "McpRequestState",

@@ -27,6 +27,8 @@ class Approval(SQLModel, table=True):
             postgresql_where=text("state = 'pending'"),
         ),
         Index("ix_approvals_user", "user_id"),
+        # A session deleted deletes its approvals (the cascade looks them up by session).
+        Index("ix_approvals_session", "session_id"),
         CheckConstraint(
             "state IN ('pending', 'approved', 'denied', 'expired')", name="ck_approvals_state"
         ),

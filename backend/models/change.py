@@ -30,6 +30,8 @@ class TaskChange(SQLModel, table=True):
             postgresql_where=text("undone_at IS NULL"),
         ),
         Index("ix_task_changes_message", "message_id"),
+        # A session deleted deletes its records, undone or not (the cascade's lookup).
+        Index("ix_task_changes_session_all", "session_id"),
         Index("ix_task_changes_user", "user_id"),
     )
 

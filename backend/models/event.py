@@ -11,7 +11,6 @@ from sqlalchemy import (
     BigInteger,
     Column,
     DateTime,
-    ForeignKey,
     Identity,
     Index,
     Integer,
@@ -43,11 +42,11 @@ class Event(SQLModel, table=True):
     )
 
     id: int = Field(sa_column=Column(BigInteger, Identity(always=False), primary_key=True))
-    user_id: str = Field(
-        sa_column=Column(String(255), ForeignKey("users.id", ondelete="CASCADE"), nullable=False)
-    )
+    # Not a foreign key: the `user.deleted` event outlives the user it is about (an erasure
+    # deletes the user's other events itself).
+    user_id: str = Field(sa_column=Column(String(255), nullable=False))
     type: str = Field(max_length=32)
-    subject: uuid.UUID
+    subject: uuid.UUID | None = None  # NULL: the event is about the user (`user.deleted`)
     occurred_at: datetime = Field(
         sa_column=Column(
             DateTime(timezone=True),
@@ -73,13 +72,15 @@ class CloudEvent(BaseModel):
     source: str
     type: EventType
     time: datetime
-    subject: str = PydanticField(description="The task's id (a list's, for list events).")
+    subject: str = PydanticField(
+        description="The task's id (a list's, for list events; the user's, for user.deleted)."
+    )
     datacontenttype: Literal["application/json"] = "application/json"
     data: dict[str, Any] = PydanticField(
         description='{"user_id" (the recipient), "task"} with the recipient\'s own number; for '
         'task.deleted the task\'s id, number and title; for reminder.due also "remind_at" and '
         '"late"; list events carry {"user_id", "list": {"id", "name", "owner_id", "role"}} and, '
-        'for member events, "member".'
+        'for member events, "member"; user.deleted carries {"user_id"} alone (the user erased).'
     )
 
 

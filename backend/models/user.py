@@ -32,6 +32,7 @@ class User(SQLModel, table=True):
     __table_args__ = (
         Index("ux_users_calendar_secret", "calendar_secret_hash", unique=True),
         CheckConstraint("confirm IN ('deletes', 'changes', 'never')", name="ck_users_confirm"),
+        Index("ix_users_erasing", "erasing_at", postgresql_where=text("erasing_at IS NOT NULL")),
     )
 
     id: str = Field(sa_column=Column(String(255), primary_key=True))
@@ -56,6 +57,10 @@ class User(SQLModel, table=True):
     )
     # The calendar feed's secret, as its SHA-256 (hex); the secret itself is never stored.
     calendar_secret_hash: str | None = Field(default=None, max_length=64)
+    # Set while the account is being erased (backend/services/erasure.py): when the erasure
+    # last made progress. No event is written for the user meanwhile, and signing in again
+    # waits until the row is gone.
+    erasing_at: datetime | None = Field(default=None, sa_type=DateTime(timezone=True))
     created_at: datetime = Timestamp()
     updated_at: datetime = Timestamp()
 

@@ -47,9 +47,10 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-async def _event(
+async def announce(
     db: AsyncSession, *, list_id: uuid.UUID, kind: str, also: str | None = None, extra: str = "{}"
 ) -> None:
+    """The list's event `kind` to each of its members (and to `also`), in this transaction."""
     connection = await db.connection()
     await connection.execute(_EVENT, {"list": list_id, "kind": kind, "also": also, "extra": extra})
 
@@ -115,7 +116,7 @@ async def create_list(*, db: AsyncSession, user: str, data: ListCreate) -> ListP
     list_id = uuid.uuid4()
     await _named(db, insert(TodoList).values(id=list_id, owner_id=user, name=data.name), data)
     await db.exec(insert(ListMember).values(list_id=list_id, user_id=user, role="owner"))
-    await _event(db, list_id=list_id, kind="list.created")
+    await announce(db, list_id=list_id, kind="list.created")
     return await get_list(db=db, user=user, list_id=list_id)
 
 
@@ -138,7 +139,7 @@ async def rename_list(
         raise ListConflict("The Inbox keeps its name.")
     renamed = update(TodoList).where(col(TodoList.id) == list_id)
     await _named(db, renamed.values(name=data.name, updated_at=func.now()), data)
-    await _event(db, list_id=list_id, kind="list.updated")
+    await announce(db, list_id=list_id, kind="list.updated")
     return await get_list(db=db, user=user, list_id=list_id)
 
 
@@ -160,7 +161,7 @@ async def delete_list(*, db: AsyncSession, user: str, list_id: uuid.UUID) -> Non
         .where(col(Task.list_id) == list_id, col(Task.parent_id).is_(None))
         .values(list_id=await access.inbox(db), assignee_id=None)
     )
-    await _event(db, list_id=list_id, kind="list.deleted")
+    await announce(db, list_id=list_id, kind="list.deleted")
     await db.exec(delete(TodoList).where(col(TodoList.id) == list_id))
 
 
@@ -187,7 +188,7 @@ async def change_role(
     ).first()
     if changed is None:
         raise NotAMember(f"{member!r} is not a member of this list.")
-    await _event(db, list_id=list_id, kind="list.updated")
+    await announce(db, list_id=list_id, kind="list.updated")
     listed = await members(db=db, user=user, list_id=list_id)
     return next(m for m in listed.data if m.user_id == member)
 
@@ -206,7 +207,7 @@ async def remove_member(*, db: AsyncSession, user: str, list_id: uuid.UUID, memb
     )
     if (await db.exec(target)).first() is None:
         raise NotAMember(f"{member!r} is not a member of this list.")
-    await _event(db, list_id=list_id, kind="list.member_removed", also=member,
+    await announce(db, list_id=list_id, kind="list.member_removed", also=member,
                  extra=_member_json(member))  # fmt: skip
     await db.exec(
         update(Task)
@@ -267,7 +268,7 @@ async def accept(*, db: AsyncSession, user: str, token: str) -> ListPublic:
         raise InvitationNotFound()
     if row.outcome == "owner":
         raise ListConflict("This is your own list; send the invitation to someone else.")
-    await _event(
+    await announce(
         db, list_id=row.list, kind="list.member_added", extra=_member_json(user, row.outcome)
     )
     return await get_list(db=db, user=user, list_id=row.list)

@@ -631,6 +631,99 @@ export interface paths {
         patch: operations["updateSettings"];
         trace?: never;
     };
+    "/api/{user_id}/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Export Account
+         * @description Everything the service holds about the user, as one JSON document
+         *     (`todo-agent-export/1`), streamed: settings, the lists they own with all their tasks
+         *     (steps, repetition, reminders, the trash), the lists shared with them (name and role),
+         *     every session with each message, tool call and result. Never a secret, nothing of
+         *     another person's.
+         */
+        get: operations["exportAccount"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/{user_id}/import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Import Account
+         * @description Add an export document's lists, tasks and sessions (from this or another instance)
+         *     to the user's account as new rows, in one transaction; a document that is not one, or
+         *     refers to what it does not hold, is 422 and imports nothing. Up to IMPORT_MAX_BYTES
+         *     (50 MB), whatever the body cap of other routes.
+         */
+        post: operations["importAccount"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/{user_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Delete Account
+         * @description Erase the user: every row about them (tasks and lists they own, memberships,
+         *     sessions, messages, settings, events...), in short transactions; one `user.deleted`
+         *     event is left for the webhook. A new token for the same user starts an empty account.
+         *     Also 204 when the service holds nothing of theirs.
+         */
+        delete: operations["deleteAccount"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/hooks/identity": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Identity Webhook
+         * @description The identity provider's user-deletion webhook (Clerk's `user.deleted`, signed per
+         *     Standard Webhooks with IDENTITY_WEBHOOK_SECRET, `webhook-*` or `svix-*` headers): erases
+         *     that user. No bearer token: the signature is the credential. Other event types are
+         *     ignored (204); a replayed message is 409; without the secret configured, 404.
+         */
+        post: operations["identityWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/.well-known/oauth-protected-resource/mcp": {
         parameters: {
             query?: never;
@@ -737,6 +830,322 @@ export interface components {
             /** Detail */
             detail: string | components["schemas"]["ValidationIssue"][];
         };
+        /**
+         * ExportApproval
+         * @description A call the agent held for the person's yes, and how it was answered.
+         */
+        ExportApproval: {
+            /** Id */
+            id: string;
+            /**
+             * Message Id
+             * Format: uuid
+             */
+            message_id: string;
+            /** Tool Call Id */
+            tool_call_id: string;
+            /** Name */
+            name: string;
+            /** Arguments */
+            arguments: {
+                [key: string]: unknown;
+            };
+            /** Summary */
+            summary: string;
+            /**
+             * State
+             * @enum {string}
+             */
+            state: "pending" | "approved" | "denied" | "expired";
+            /** Reason */
+            reason?: string | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Expires At
+             * Format: date-time
+             */
+            expires_at: string;
+            /** Answered At */
+            answered_at?: string | null;
+        };
+        /**
+         * ExportDocument
+         * @description Everything the service holds about one person: their settings, the lists they own
+         *     with all their tasks (steps under their parent, the trash included), the lists shared
+         *     with them (name and role only), and every conversation with each message, tool call
+         *     and result. Never a secret; nothing of another person's.
+         */
+        ExportDocument: {
+            /**
+             * Format
+             * @constant
+             */
+            format: "todo-agent-export/1";
+            /** Exported At */
+            exported_at?: string | null;
+            user?: components["schemas"]["ExportUser"];
+            /** Lists */
+            lists?: components["schemas"]["ExportList"][];
+            /** Tasks */
+            tasks?: components["schemas"]["ExportTask"][];
+            /** Sessions */
+            sessions?: components["schemas"]["ExportSession"][];
+        };
+        /**
+         * ExportList
+         * @description A list the user owns (`role: owner`), or one shared with them: then only its name and
+         *     their role, which an import cannot bring back (membership is by invitation).
+         */
+        ExportList: {
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /** Name */
+            name: string;
+            /**
+             * Role
+             * @default owner
+             * @enum {string}
+             */
+            role?: "owner" | "editor" | "viewer";
+            /**
+             * Inbox
+             * @default false
+             */
+            inbox?: boolean;
+            /** Created At */
+            created_at?: string | null;
+            /** Updated At */
+            updated_at?: string | null;
+            /** Joined At */
+            joined_at?: string | null;
+        };
+        /** ExportMessage */
+        ExportMessage: {
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "user" | "assistant";
+            /** Content */
+            content?: string | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Tool Calls */
+            tool_calls?: {
+                [key: string]: unknown;
+            }[] | null;
+            /** Tool Results */
+            tool_results?: {
+                [key: string]: unknown;
+            }[] | null;
+            /**
+             * Using Stub
+             * @default false
+             */
+            using_stub?: boolean;
+            usage?: components["schemas"]["MessageUsage"] | null;
+        };
+        /** ExportSession */
+        ExportSession: {
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /** Title */
+            title: string;
+            /** Chat Id */
+            chat_id?: string | null;
+            /** Created At */
+            created_at?: string | null;
+            /** Updated At */
+            updated_at?: string | null;
+            usage?: components["schemas"]["SessionUsage"] | null;
+            /** Messages */
+            messages?: components["schemas"]["ExportMessage"][];
+            /** Approvals */
+            approvals?: components["schemas"]["ExportApproval"][];
+            /**
+             * Changes
+             * @description What each turn changed, for undo (exported; not imported: an imported conversation's turns cannot be undone).
+             */
+            changes?: {
+                [key: string]: unknown;
+            }[];
+        };
+        /** ExportStep */
+        ExportStep: {
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /**
+             * Number
+             * @description The user's number for it.
+             */
+            number?: number | null;
+            /** Title */
+            title: string;
+            /** Description */
+            description?: string | null;
+            /**
+             * Priority
+             * @default medium
+             * @enum {string}
+             */
+            priority?: "low" | "medium" | "high";
+            /** Tags */
+            tags?: string[];
+            /**
+             * Completed
+             * @default false
+             */
+            completed?: boolean;
+            /** Completed At */
+            completed_at?: string | null;
+            /** Due At */
+            due_at?: string | null;
+            /** Created At */
+            created_at?: string | null;
+            /** Updated At */
+            updated_at?: string | null;
+            /** Recurrence */
+            recurrence?: string | null;
+            /**
+             * Recurrence Text
+             * @description Read-only.
+             */
+            recurrence_text?: string | null;
+            /** Series Id */
+            series_id?: string | null;
+            /** Series Start */
+            series_start?: string | null;
+            /**
+             * Previous Id
+             * @description The occurrence of its series that this one follows.
+             */
+            previous_id?: string | null;
+            /** Remind At */
+            remind_at?: string | null;
+            /** Reminded At */
+            reminded_at?: string | null;
+            /**
+             * Deleted At
+             * @description In the trash since.
+             */
+            deleted_at?: string | null;
+        };
+        /** ExportTask */
+        ExportTask: {
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /**
+             * Number
+             * @description The user's number for it.
+             */
+            number?: number | null;
+            /** Title */
+            title: string;
+            /** Description */
+            description?: string | null;
+            /**
+             * Priority
+             * @default medium
+             * @enum {string}
+             */
+            priority?: "low" | "medium" | "high";
+            /** Tags */
+            tags?: string[];
+            /**
+             * Completed
+             * @default false
+             */
+            completed?: boolean;
+            /** Completed At */
+            completed_at?: string | null;
+            /** Due At */
+            due_at?: string | null;
+            /** Created At */
+            created_at?: string | null;
+            /** Updated At */
+            updated_at?: string | null;
+            /** Recurrence */
+            recurrence?: string | null;
+            /**
+             * Recurrence Text
+             * @description Read-only.
+             */
+            recurrence_text?: string | null;
+            /** Series Id */
+            series_id?: string | null;
+            /** Series Start */
+            series_start?: string | null;
+            /**
+             * Previous Id
+             * @description The occurrence of its series that this one follows.
+             */
+            previous_id?: string | null;
+            /** Remind At */
+            remind_at?: string | null;
+            /** Reminded At */
+            reminded_at?: string | null;
+            /**
+             * Deleted At
+             * @description In the trash since.
+             */
+            deleted_at?: string | null;
+            /**
+             * List Id
+             * Format: uuid
+             */
+            list_id: string;
+            /** Steps */
+            steps?: components["schemas"]["ExportStep"][];
+        };
+        /**
+         * ExportUser
+         * @description Who the document was exported for, and their settings (import fills in the settings
+         *     an account has not chosen).
+         */
+        ExportUser: {
+            /** Id */
+            id?: string | null;
+            /** Email */
+            email?: string | null;
+            /** Name */
+            name?: string | null;
+            /** Display Name */
+            display_name?: string | null;
+            /** Timezone */
+            timezone?: string | null;
+            /** Instructions */
+            instructions?: string | null;
+            /** Model */
+            model?: string | null;
+            /** Confirm */
+            confirm?: ("deletes" | "changes" | "never") | null;
+            /** Created At */
+            created_at?: string | null;
+        };
         /** HTTPValidationError */
         HTTPValidationError: {
             /** Detail */
@@ -749,6 +1158,20 @@ export interface components {
              * @constant
              */
             status: "ok";
+        };
+        /**
+         * ImportResult
+         * @description What the import added to the account (all of it new: new ids, new numbers).
+         */
+        ImportResult: {
+            /** Lists */
+            lists: number;
+            /** Tasks */
+            tasks: number;
+            /** Sessions */
+            sessions: number;
+            /** Messages */
+            messages: number;
         };
         /** InvitationCreate */
         InvitationCreate: {
@@ -891,6 +1314,15 @@ export interface components {
             using_stub: boolean;
             usage?: components["schemas"]["Usage"] | null;
         };
+        /** MessageUsage */
+        MessageUsage: {
+            /** Prompt Tokens */
+            prompt_tokens?: number | null;
+            /** Completion Tokens */
+            completion_tokens?: number | null;
+            /** Cached Tokens */
+            cached_tokens?: number | null;
+        };
         /** MessagesPublic */
         MessagesPublic: {
             /** Data */
@@ -987,6 +1419,29 @@ export interface components {
         SessionUpdate: {
             /** Title */
             title: string;
+        };
+        /** SessionUsage */
+        SessionUsage: {
+            /**
+             * Prompt Tokens
+             * @default 0
+             */
+            prompt_tokens?: number;
+            /**
+             * Completion Tokens
+             * @default 0
+             */
+            completion_tokens?: number;
+            /**
+             * Total Tokens
+             * @default 0
+             */
+            total_tokens?: number;
+            /**
+             * Cached Tokens
+             * @default 0
+             */
+            cached_tokens?: number;
         };
         /** SessionsPublic */
         SessionsPublic: {
@@ -5336,6 +5791,353 @@ export interface operations {
             };
             /** @description No such session or task for this user. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Validation failed: a list of problems, or one sentence. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The database or identity provider is unavailable. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    exportAccount: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The export document, as a JSON attachment. */
+            200: {
+                headers: {
+                    /** @description attachment; filename="todo-agent-export.json" */
+                    "Content-Disposition"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExportDocument"];
+                };
+            };
+            /** @description The request body could not be read (for example, not UTF-8). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Missing, invalid or expired bearer token. */
+            401: {
+                headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The user id in the path is not the signed-in user. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No such session or task for this user. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Validation failed: a list of problems, or one sentence. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The database or identity provider is unavailable. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    importAccount: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ExportDocument"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImportResult"];
+                };
+            };
+            /** @description The request body could not be read (for example, not UTF-8). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Missing, invalid or expired bearer token. */
+            401: {
+                headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The user id in the path is not the signed-in user. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No such session or task for this user. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Validation failed: a list of problems, or one sentence. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The database or identity provider is unavailable. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    deleteAccount: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The request body could not be read (for example, not UTF-8). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Missing, invalid or expired bearer token. */
+            401: {
+                headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The user id in the path is not the signed-in user. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No such session or task for this user. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Validation failed: a list of problems, or one sentence. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The database or identity provider is unavailable. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    identityWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Missing, invalid or expired bearer token. */
+            401: {
+                headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No such session or task for this user. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The session is busy, or a request with this Idempotency-Key runs. */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -31,6 +31,8 @@ from backend.settings import Settings
 logger = logging.getLogger("todo_agent.events")
 
 CHANNEL = "todo_agent_events"
+# An account erased (or being erased): every process forgets it (KnownUsers).
+FORGET_CHANNEL = "todo_agent_forget_user"
 # A stream that falls this far behind is closed; its client resumes with Last-Event-ID.
 MAX_BACKLOG = 1000
 
@@ -88,6 +90,7 @@ class EventHub(BackgroundWorker):
         self.source = settings.public_base_url or "urn:todo-agent"
         self._users: dict[str, _UserStreams] = {}
         self._listeners: list[Callable[[str], None]] = []
+        self._forgetters: list[Callable[[str], None]] = []
         self._connection: asyncpg.Connection | None = None
         self.listening = asyncio.Event()
 
@@ -96,6 +99,11 @@ class EventHub(BackgroundWorker):
     def on_notify(self, callback: Callable[[str], None]) -> None:
         """Also tell `callback` (with the user id) of every committed event."""
         self._listeners.append(callback)
+
+    def on_forget(self, callback: Callable[[str], None]) -> None:
+        """Tell `callback` (with the user id) of every account erased, through any process.
+        The listening connection carries this too: it is the one every process holds."""
+        self._forgetters.append(callback)
 
     async def stop(self) -> None:
         await super().stop()
@@ -121,6 +129,7 @@ class EventHub(BackgroundWorker):
             try:
                 connection.add_termination_listener(lambda _, lost=lost: lost.set())
                 await connection.add_listener(CHANNEL, self._notified)
+                await connection.add_listener(FORGET_CHANNEL, self._forget)
                 self._connection = connection
                 self.listening.set()
                 delay = 0.2
@@ -145,6 +154,10 @@ class EventHub(BackgroundWorker):
         for callback in self._listeners:
             callback(user_id)
         self._wake(user_id)
+
+    def _forget(self, _connection: Any, _pid: int, _channel: str, user_id: str) -> None:
+        for callback in self._forgetters:
+            callback(user_id)
 
     # -- reading and fanning out --------------------------------------------------------
 

@@ -38,7 +38,8 @@ class StoredEvent:
             "source": source,
             "type": self.type,
             "time": self.occurred_at.isoformat().replace("+00:00", "Z"),
-            "subject": str(self.subject),
+            # A task's or list's id; the user's own for `user.deleted` (no subject stored).
+            "subject": str(self.subject) if self.subject is not None else self.user_id,
             "datacontenttype": "application/json",
             "data": self.data,
         }

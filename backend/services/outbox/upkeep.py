@@ -1,12 +1,13 @@
 """Upkeep: prune events past their retention, purge the trash past its retention, forget
-the answered MCP questions that have expired, read the outbox's gauges."""
+the answered MCP questions that have expired and the identity provider's webhook messages
+past their retries, finish the erasures that stopped midway, read the outbox's gauges."""
 
 import asyncio
 import logging
 
 from backend import metrics
 from backend.db import Database
-from backend.services import mcp_states, tasks
+from backend.services import erasure, identity_hook, mcp_states, tasks
 from backend.services.outbox import store
 from backend.services.outbox.worker import BackgroundWorker
 from backend.settings import Settings
@@ -34,6 +35,7 @@ class Upkeep(BackgroundWorker):
                     connection, retention_s=self._retention_s, keep_undelivered=self._webhooks
                 )
                 await mcp_states.prune(connection)
+                await identity_hook.prune(connection)
             metrics.EVENTS_WRITTEN.set(await store.events_written(connection))
             if self._webhooks:
                 metrics.WEBHOOK_BACKLOG.set(await store.webhook_backlog(connection))
@@ -42,6 +44,7 @@ class Upkeep(BackgroundWorker):
                 await tasks.purge_expired_trash(
                     connection, retention_d=self._trash_retention_d, batch=TRASH_BATCH
                 )
+            await erasure.resume_stalled(self._database)
 
     async def _run(self) -> None:
         rounds = 0

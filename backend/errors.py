@@ -218,8 +218,26 @@ def _refused_data_sqlstate(error: sa_exc.DBAPIError) -> str | None:
     return "22000" if isinstance(error, sa_exc.DataError) else None
 
 
-async def _database_error(_: Request, error: Exception) -> JSONResponse:
+class AccountErased(Conflict):
+    detail = "This account was erased while the request ran; send it again to start a new one."
+
+
+def _user_gone(error: sa_exc.DBAPIError) -> bool:
+    """A row refused because the user it names is no longer in `users`: erased (by another
+    process, which this one had not heard of yet) after the request began."""
+    orig = error.orig
+    return getattr(orig, "sqlstate", None) == "23503" and 'table "users"' in str(
+        getattr(orig, "detail", None) or orig
+    )
+
+
+async def _database_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, sa_exc.DBAPIError)
+    if _user_gone(error):
+        # Forget the user here too, so their next request makes the account anew.
+        if (user_id := request.path_params.get("user_id")) is not None:
+            request.app.state.context.known_users.discard(user_id)
+        return error_response(AccountErased())
     sqlstate = _refused_data_sqlstate(error)
     if sqlstate is None:
         raise error  # not the client's doing: on to the server-error handler, a 500

@@ -27,7 +27,7 @@ from backend.settings import Settings
 from tests.conftest import server_env, serving
 from tests.node import JS_DIR, require_node
 from tests.servers import ServerProcess, free_port
-from tests.test_erasure import rows_naming
+from tests.test_erasure import ONLY_USER_DELETED, rows_naming
 
 pytestmark = pytest.mark.asyncio
 
@@ -334,7 +334,7 @@ async def test_deleting_a_better_auth_user_erases_them_here_from_its_before_dele
             "/api/auth/delete-user", json={"password": "correct horse battery"}
         )
         assert deleted.status_code == 200, deleted.text
-    assert await rows_naming(engine, user.id) == {("events", "user_id"): 1}
+    assert await rows_naming(engine, user.id) == ONLY_USER_DELETED
     session = await user.browser.get("/api/auth/get-session")
     assert session.json() is None  # gone from Better Auth too
 

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from backend.context import AppContext
 from backend.settings import Settings
 from tests.accounts import furnish, seed_messages
+from tests.chat_helpers import chat
 from tests.conftest import acting_as, auth, server_env, serving
 from tests.servers import ServerProcess, run_cli, until
 from tests.test_webhooks import SECRET, Receiver
@@ -36,22 +37,56 @@ _CHARACTER_COLUMNS = text(
 )
 
 
+_JSON_COLUMNS = text(
+    """
+    SELECT c.table_name, c.column_name FROM information_schema.columns c
+    JOIN information_schema.tables t USING (table_schema, table_name)
+    WHERE c.table_schema = 'public' AND t.table_type = 'BASE TABLE' AND c.data_type = 'jsonb'
+    ORDER BY 1, 2
+    """
+)
+# What other people keep as they were told or asked it: their conversations (a tool's
+# result that named the user) and the calls they asked for. Not rows about the user.
+_OTHERS_WORDS = {
+    ("agent_messages", "tool_calls"),
+    ("agent_messages", "tool_results"),
+    ("approvals", "arguments"),
+}
+
+
 async def rows_naming(engine: AsyncEngine, value: str) -> dict[tuple[str, str], int]:
     """Every character column of every table in the schema, tables added later included:
-    how many rows hold exactly `value` there."""
+    how many rows hold exactly `value` there; and every JSON column (but others' words):
+    how many rows hold it as a value, at any depth."""
     found: dict[tuple[str, str], int] = {}
     async with engine.connect() as connection:
-        columns = (await connection.execute(_CHARACTER_COLUMNS)).all()
-        for table, column in columns:
+        columns = [
+            (table, column, f'"{column}" = :value')
+            for table, column in (await connection.execute(_CHARACTER_COLUMNS)).all()
+        ]
+        columns += [
+            (
+                table,
+                column,
+                f"jsonb_path_exists(\"{column}\", '$.** ? (@ == $v)', "
+                "jsonb_build_object('v', CAST(:value AS text)))",
+            )
+            for table, column in (await connection.execute(_JSON_COLUMNS)).all()
+            if (table, column) not in _OTHERS_WORDS
+        ]
+        for table, column, holds in columns:
             count = (
                 await connection.execute(
-                    text(f'SELECT count(*) FROM "{table}" WHERE "{column}" = :value'),
-                    {"value": value},
+                    text(f'SELECT count(*) FROM "{table}" WHERE {holds}'), {"value": value}
                 )
             ).scalar_one()
             if count:
                 found[(table, column)] = count
     return found
+
+
+# The one row left: the `user.deleted` event, to the user's id, about it.
+ONLY_USER_DELETED = {("events", "user_id"): 1, ("events", "data"): 1}
 
 
 async def _everything_else(client: httpx.AsyncClient, engine: AsyncEngine, user: str) -> None:
@@ -84,12 +119,19 @@ async def test_after_an_erasure_only_the_user_deleted_event_holds_the_id(
 ) -> None:
     account = await furnish(client, user="ada", friend="bo")
     await _everything_else(client, engine, "ada")
+    # The friend takes the task they gave the user back, in a turn they can undo.
+    helps = await client.get(
+        f"/api/bo/tasks/{account.task_ids['Ada helps out']}", headers=auth("bo")
+    )
+    unassigned = await chat(client, f"unassign task {helps.json()['number']}", user="bo")
     before = await rows_naming(engine, "ada")
     assert len(before) >= 12, before  # the sweep sees them where they are
+    # Others' events (the task made by and given to the user) and undo records name them.
+    assert {("events", "data"), ("task_changes", "before")} <= before.keys(), before
 
     response = await client.delete("/api/ada", headers=auth("ada"))
     assert response.status_code == 204
-    assert await rows_naming(engine, "ada") == {("events", "user_id"): 1}
+    assert await rows_naming(engine, "ada") == ONLY_USER_DELETED
     async with engine.connect() as connection:
         [event] = (
             await connection.execute(
@@ -97,6 +139,11 @@ async def test_after_an_erasure_only_the_user_deleted_event_holds_the_id(
             )
         ).all()
     assert (event.type, event.subject, event.data) == ("user.deleted", None, {"user_id": "ada"})
+    # The friend's undo still works: it gives the task back to nobody who is gone.
+    undone = await client.post(
+        f"/api/bo/sessions/{unassigned['session_id']}/undo", headers=auth("bo")
+    )
+    assert undone.status_code == 200, undone.text
 
     # The friend lost the list that was shared with them, and was told; their own list
     # keeps the task the user made there, with nobody's name on it.
@@ -120,7 +167,7 @@ async def test_after_an_erasure_only_the_user_deleted_event_holds_the_id(
     assert [member["user_id"] for member in members.json()["data"]] == ["bo"]
     # Erasing again: nothing left, and no second event.
     assert (await client.delete("/api/ada", headers=auth("ada"))).status_code == 204
-    assert await rows_naming(engine, "ada") == {("events", "user_id"): 1}
+    assert await rows_naming(engine, "ada") == ONLY_USER_DELETED
 
 
 async def test_the_user_deleted_event_reaches_the_webhook_signed(
@@ -210,6 +257,26 @@ async def test_every_process_forgets_an_erased_user(
     )
     assert nothing.returncode == 0
     assert "nothing to erase" in nothing.stderr
+
+
+async def test_a_process_that_has_not_heard_yet_answers_409_then_starts_anew(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    """Between another process's erasure and its notice reaching this one, this process
+    still takes the user for known: a write that names them is refused by the database,
+    answered 409 with the reason, and the user forgotten here, so their next request makes
+    a new account."""
+    await client.post("/api/kim/tasks", json={"title": "First"}, headers=auth("kim"))
+    async with engine.begin() as connection:  # the other process's erasure, all at once
+        await connection.execute(text("DELETE FROM users WHERE id = 'kim'"))
+    refused = await client.post("/api/kim/tasks", json={"title": "Lost"}, headers=auth("kim"))
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["detail"] == (
+        "This account was erased while the request ran; send it again to start a new one."
+    )
+    again = await client.post("/api/kim/tasks", json={"title": "New"}, headers=auth("kim"))
+    assert again.status_code == 201, again.text
+    assert again.json()["number"] == 1
 
 
 async def _messages_of(engine: AsyncEngine, user: str) -> int:
@@ -341,6 +408,6 @@ async def test_an_erasure_that_stopped_midway_is_finished_by_the_upkeep_loop(
     assert waiting.status_code == 409  # neither theirs any more nor gone yet
     assert "being erased" in waiting.json()["detail"]
     await context.upkeep.once(prune=True)
-    assert await rows_naming(engine, "ada") == {("events", "user_id"): 1}
+    assert await rows_naming(engine, "ada") == ONLY_USER_DELETED
     fresh = await client.get("/api/ada/tasks", headers=auth("ada"))
     assert fresh.json()["count"] == 0

@@ -15,7 +15,8 @@ The order is the design:
    records, held calls, messages (session by session) and sessions, the tasks of their
    lists (steps go with their parent) and the lists, idempotency records, events,
    answered MCP questions; then, as the worker (these rows are in others' lists, which the
-   user no longer reaches), their name comes off the tasks they made or were given there.
+   user no longer reaches), their name comes off the tasks they made or were given there,
+   and their id out of others' events and undo records.
    Each batch ends by renewing the mark: should it be gone (another erasure of the same
    user finished, and a new account was made since), the batch rolls back and the
    erasure stops, so it never touches the new account. Other users' transactions wait for
@@ -94,6 +95,16 @@ _STEPS: list[tuple[str, str, bool]] = [
      " (SELECT id FROM tasks WHERE created_by = :me LIMIT :n)", True),
     ("assignee_id", "UPDATE tasks SET assignee_id = NULL, updated_at = now() WHERE id IN"
      " (SELECT id FROM tasks WHERE assignee_id = :me LIMIT :n)", True),
+    # What others keep that names them (their own rows went above): the events of their
+    # lists' members (a task they were given, their leaving) and those members' undo
+    # records (so an undo restores no one who is gone, and sees no change in the way).
+    ("events (others')", "UPDATE events SET data = todo_without(data, :me) WHERE id IN"
+     " (SELECT id FROM events WHERE jsonb_path_exists(data, '$.** ? (@ == $me)',"
+     " jsonb_build_object('me', CAST(:me AS text))) LIMIT :n)", True),
+    ("task_changes (others')", "UPDATE task_changes SET before = todo_without(before, :me),"
+     " after = todo_without(after, :me) WHERE id IN (SELECT id FROM task_changes"
+     " WHERE jsonb_path_exists(jsonb_build_array(before, after), '$.** ? (@ == $me)',"
+     " jsonb_build_object('me', CAST(:me AS text))) LIMIT :n)", True),
 ]  # fmt: skip
 # The messages of the sessions least recently active (a window of them), then, once those
 # are empty, the window's sessions.

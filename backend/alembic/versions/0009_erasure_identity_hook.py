@@ -15,6 +15,9 @@ the user's other events itself). Sessions delete their approvals and undo record
 cascade, which needs an index on `session_id` (the existing ones hold only pending
 approvals and undone-not-yet changes).
 
+`todo_without` takes a user's id out of a JSON document (others' events and undo records
+name an erased user: the task they were given, the member who left).
+
 `identity_webhook_messages` holds the ids of the identity provider's webhook messages, so
 that a replay is refused; it holds no one's rows, and only the worker reads and writes it.
 """
@@ -77,6 +80,26 @@ $$
 _FINISH_SIGNATURE = "todo_finish_erasure()"
 
 
+# `doc` with every string equal to `gone` (at any depth) made null: an erased user's id
+# taken out of what others keep (their events, their undo records).
+_WITHOUT = """
+CREATE FUNCTION todo_without(doc jsonb, gone text) RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE jsonb_typeof(doc)
+        WHEN 'object' THEN (SELECT COALESCE(jsonb_object_agg(key, todo_without(value, gone)),
+                                            '{}')
+                            FROM jsonb_each(doc))
+        WHEN 'array' THEN (SELECT COALESCE(jsonb_agg(todo_without(value, gone) ORDER BY at),
+                                           '[]')
+                           FROM jsonb_array_elements(doc) WITH ORDINALITY AS items(value, at))
+        WHEN 'string' THEN CASE WHEN doc #>> '{}' = gone THEN 'null'::jsonb ELSE doc END
+        ELSE doc
+    END
+$$
+"""
+_WITHOUT_SIGNATURE = "todo_without(jsonb, text)"
+
+
 def upgrade() -> None:
     op.add_column("users", sa.Column("erasing_at", sa.DateTime(timezone=True), nullable=True))
     op.create_index(
@@ -94,6 +117,14 @@ def upgrade() -> None:
     op.execute(f"ALTER FUNCTION {_FINISH_SIGNATURE} OWNER TO {DEFINER}")
     op.execute(f"REVOKE ALL ON FUNCTION {_FINISH_SIGNATURE} FROM PUBLIC")
     op.execute(f"GRANT EXECUTE ON FUNCTION {_FINISH_SIGNATURE} TO {APP}")
+
+    # The erasure, as the worker, takes the user's id out of others' undo records.
+    op.execute(_WITHOUT)
+    op.execute(f"GRANT SELECT, UPDATE ON task_changes TO {WORKER}")
+    op.execute(
+        f"CREATE POLICY task_changes_worker ON task_changes TO {WORKER}"
+        " USING (true) WITH CHECK (true)"
+    )
 
     op.create_table(
         "identity_webhook_messages",
@@ -126,6 +157,9 @@ def downgrade() -> None:
 
     lists = import_module("backend.alembic.versions.0007_lists_sharing_rls")
     op.drop_table("identity_webhook_messages")
+    op.execute("DROP POLICY task_changes_worker ON task_changes")
+    op.execute(f"REVOKE ALL ON task_changes FROM {WORKER}")
+    op.execute(f"DROP FUNCTION {_WITHOUT_SIGNATURE}")
     op.execute(f"DROP FUNCTION {_FINISH_SIGNATURE}")
     op.execute(lists._WRITE_ONE.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"))
     op.drop_index("ix_task_changes_session_all", table_name="task_changes")

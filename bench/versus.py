@@ -5,12 +5,15 @@
 Runs `todo-agent serve` twice, once on REV's `backend/` (exported with `git archive` into a
 temporary directory put first on PYTHONPATH, with this checkout's installed packages) and
 once on this checkout, plus the raw floor, at c=64 with the 0 ms model and no-tool turns;
-rounds alternate the order (before, after, raw floor, then the reverse). Prints throughput,
+rounds alternate the order (before, after, raw floor, then the reverse). REV's service has
+a database of its own beside the bench's (`<name>_before`, emptied; it migrates it itself
+to REV's head), since the bench's is migrated to this checkout's. Prints throughput,
 server CPU per turn, the database connections opened during each run and the other load on
 the machine. Same database rule as `python -m bench` (BENCH_DATABASE_URL).
 """
 
 import argparse
+import asyncio
 import subprocess
 import sys
 import tarfile
@@ -21,7 +24,10 @@ from dataclasses import replace
 from io import BytesIO
 from pathlib import Path
 
-from bench.harness import BIN, REPO, Server
+import asyncpg  # type: ignore[import-untyped]
+from sqlalchemy.engine import make_url
+
+from bench.harness import BIN, REPO, Seeder, Server, asyncpg_dsn
 from bench.report import NO_TOOL
 from bench.run import QUICK, setup
 
@@ -36,6 +42,22 @@ def export(rev: str, into: Path) -> None:
         tar.extractall(into, filter="data")
 
 
+def own_database(url: str, suffix: str) -> str:
+    """The URL of an empty database beside `url`'s, named after it with `suffix`."""
+    name = f"{make_url(url).database}{suffix}"
+
+    async def create() -> None:
+        connection = await asyncpg.connect(asyncpg_dsn(url))
+        try:
+            await connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await connection.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await connection.close()
+
+    asyncio.run(create())
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.versus", description=__doc__)
     parser.add_argument("rev", help="the commit to compare with (e.g. main)")
@@ -45,22 +67,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         earlier = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-versus-")))
         export(args.rev, earlier)
         bench = setup(stack, plan=PLAN, workers=1)
+        before_url = own_database(bench.service.env["DATABASE_URL"], "_before")
         before = stack.enter_context(
             Server(
                 "before",
                 [str(BIN / "todo-agent"), "serve"],
-                {**bench.service.env, "PYTHONPATH": str(earlier)},
+                {**bench.service.env, "PYTHONPATH": str(earlier), "DATABASE_URL": before_url},
                 earlier / "service.log",
             )
         )
+        seeders = {id(before): Seeder(before_url)}
         names = {id(before): "before", id(bench.service): "after", id(bench.raw_floor): "raw"}
         servers = [before, bench.service, bench.raw_floor]
         for round_ in range(args.rounds):
             for server in servers if round_ % 2 == 0 else servers[::-1]:
                 bench.model(0, NO_TOOL)
-                opened = bench.seeder.connections_opened()
+                seeder = seeders.get(id(server), bench.seeder)
+                opened = seeder.connections_opened()
                 run = bench.measure(server, 64)
-                opened = bench.seeder.connections_opened() - opened
+                opened = seeder.connections_opened() - opened
                 turns = max(1, sum(1 for s in run.outcome.samples if s.ok))
                 other = max(0.0, run.busy_s - run.ours_s) / run.elapsed_s
                 print(

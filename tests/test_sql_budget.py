@@ -93,8 +93,11 @@ async def test_the_history_read_does_not_grow_with_the_session_whatever_the_plan
         # user makes the planner guess even fewer of the session's rows are read.
         await connection.execute("SET LOCAL ROLE todo_agent_app")
         await connection.execute("SELECT set_config('todo_agent.user_id', 'hist', true)")
-        # The function's own text, its parameters in place of its argument names.
-        prepared = body.replace("session", "$1").replace("$1_id", "session_id")
+        # The function's own query (`BEGIN RETURN (...); END`), its parameters in place of
+        # its argument names.
+        query = body.strip().removeprefix("BEGIN").strip().removeprefix("RETURN")
+        query = query.strip().removesuffix("END").strip().removesuffix(";")
+        prepared = query.replace("session", "$1").replace("$1_id", "session_id")
         prepared = prepared.replace("want", "$2")
         await connection.execute(f"PREPARE history(uuid, integer) AS {prepared}")
         [explained] = json.loads(

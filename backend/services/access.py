@@ -21,7 +21,7 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from backend.errors import ListNotFound, NotAllowed
-from backend.models.list import ListMember, TodoList
+from backend.models.list import INBOX, ListMember, TodoList
 
 Action = Literal["read", "write", "manage"]
 ROLE_ACTIONS: dict[str, frozenset[Action]] = {
@@ -94,3 +94,8 @@ async def inbox(db: AsyncSession) -> uuid.UUID:
     """The acting user's Inbox, made on first use."""
     found: uuid.UUID = (await db.exec(_INBOX)).scalar_one()  # type: ignore[call-overload]
     return found
+
+
+async def own_inbox(db: AsyncSession, *, user: str) -> Membership:
+    """The user's place in their own Inbox (the acting user's): its owner, always."""
+    return Membership(await inbox(db), INBOX, "owner", True, user)

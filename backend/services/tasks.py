@@ -216,9 +216,9 @@ async def _list_for(
 ) -> Membership:
     """The list a new or moved task goes to (default: the reader's Inbox), which their role
     there must let them write to."""
-    list_id = list_id or await access.inbox(db)
-    found = await access.membership(db, user=user, list_id=list_id)
-    return found.require(action)
+    if list_id is None:
+        return await access.own_inbox(db, user=user)
+    return (await access.membership(db, user=user, list_id=list_id)).require(action)
 
 
 async def _check_assignee(db: AsyncSession, *, list_id: uuid.UUID, assignee: str) -> None:

@@ -279,6 +279,38 @@ async def test_the_stream_asks_with_an_approval_request_before_done(
     assert events[-1][1]["response"] == "Gone."
 
 
+async def test_delete_everything_about_the_party_asks_once_and_one_undo_brings_it_back(
+    client: httpx.AsyncClient,
+) -> None:
+    """The issue's scene, with the stub (what `make run` answers with): asked first, a no
+    keeps everything, a yes deletes them all, one "undo" brings them all back."""
+    titles = ["Buy balloons for the party", "Send party invitations", "Call mom"]
+    for title in titles:
+        await make_task(client, user="alice", title=title)
+    asked = await chat(client, "delete everything about the party")
+    assert asked["response"].splitlines() == [
+        "I need your OK first:",
+        "- Delete task 1 “Buy balloons for the party”",
+        "- Delete task 2 “Send party invitations”",
+        "Reply yes to go ahead, or no to leave them.",
+    ]
+    assert len(asked["pending_approvals"]) == 2
+    session = asked["session_id"]
+    await chat(client, "no", session_id=session)
+    assert await task_titles(client) == titles
+
+    await chat(client, "delete everything about the party", session_id=session)
+    done = await chat(client, "yes", session_id=session)
+    assert done["response"] == (
+        "Here is what I did: Deleted task 1: Buy balloons for the party."
+        " Deleted task 2: Send party invitations."
+    )
+    assert await task_titles(client) == ["Call mom"]
+    undone = await chat(client, "undo", session_id=session)
+    assert undone["response"].startswith("Undone: brought back task 1")
+    assert await task_titles(client) == titles
+
+
 async def test_the_stub_asks_too_and_understands_the_answer(client: httpx.AsyncClient) -> None:
     for title in ("Buy milk", "Call mom"):
         await make_task(client, user="alice", title=title)

@@ -389,10 +389,10 @@ async def test_unknown_task_number_is_reported_plainly(chat: Chat, message: str)
         "remove tasks 1 and 2",
         "delete task 1 and task 2",
         "clear my list",
-        "remove all completed tasks",
     ],
 )
 async def test_deleting_several_tasks_at_once_is_refused(chat: Chat, message: str) -> None:
+    """Several tasks go at once only by what they are about, or by being done (below)."""
     await add_tasks(chat, *FIVE)
 
     reply = await chat.say(message)
@@ -400,6 +400,75 @@ async def test_deleting_several_tasks_at_once_is_refused(chat: Chat, message: st
     assert reply.startswith("I can only delete one task at a time.")
     assert chat.tools_used <= READ_ONLY_TOOLS
     assert await chat.titles() == list(FIVE)
+
+
+PARTY = ("Buy balloons for the party", "Send party invitations", "Call mom", "Party playlist")
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "delete everything about the party",
+        "delete all the party tasks",
+        "remove all tasks about the party",
+        "get rid of every task to do with the party",
+        "delete all party stuff",
+    ],
+)
+async def test_several_tasks_go_at_once_by_what_they_are_about(chat: Chat, message: str) -> None:
+    await add_tasks(chat, *PARTY)
+
+    reply = await chat.say(message)
+
+    assert reply.splitlines() == [
+        "Deleted 3 tasks:",
+        "- #1 Buy balloons for the party",
+        "- #2 Send party invitations",
+        "- #4 Party playlist",
+    ]
+    assert await chat.titles() == ["Call mom"]
+    assert sorted(await chat.titles("deleted")) == [
+        "Buy balloons for the party",
+        "Party playlist",
+        "Send party invitations",
+    ]
+
+
+async def test_the_done_ones_go_at_once(chat: Chat) -> None:
+    await add_tasks(chat, *FIVE)
+    await chat.run("complete_todo", {"todo_id": "2"})
+    await chat.run("complete_todo", {"todo_id": "4"})
+
+    assert await chat.say("remove all completed tasks") == "\n".join(
+        ["Deleted 2 tasks:", "- #2 Dentist appointment", "- #4 Team meeting"]
+    )
+    assert await chat.titles() == ["Buy groceries", "Pay bills", "Call mom"]
+    assert await chat.say("clear the done tasks") == "You have no completed tasks."
+
+
+async def test_nothing_matching_deletes_nothing(chat: Chat) -> None:
+    await add_tasks(chat, *FIVE)
+
+    reply = await chat.say("delete everything about the wedding")
+
+    assert reply.startswith('I couldn\'t find a task matching "wedding".')
+    assert chat.tools_used <= READ_ONLY_TOOLS
+
+
+@pytest.mark.parametrize("answer", ["no", "never mind", "none of them", "forget it"])
+async def test_no_to_which_one_changes_nothing(chat: Chat, answer: str) -> None:
+    """A bare "no" is not "number": it names no task (it once deleted the last one)."""
+    await add_tasks(chat, *PARTY)
+    asked = await chat.say("delete the party")  # three match: which one?
+    assert "Which one?" in asked
+
+    history = [("user", "delete the party", None, None), ("assistant", asked, None, None)]
+    reply = await StubResponder().respond(
+        answer, call_tool=chat.call_tool, name=chat.name, history=history
+    )
+
+    assert reply == "OK, I left your tasks as they are."
+    assert await chat.titles() == list(PARTY)
 
 
 @pytest.mark.parametrize("message", ["delete it", "delete the task", "remove that one"])

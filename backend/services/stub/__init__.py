@@ -31,6 +31,7 @@ from backend.services.stub.commands import (
     Assign,
     Command,
     CreateList,
+    DeleteMatching,
     DeleteTask,
     EmptyTrash,
     Help,
@@ -110,6 +111,8 @@ async def _run(commands: list[Command], executor: Executor, name: str | None) ->
             return await executor.set_completed(first)
         case DeleteTask():
             return await executor.delete(first)
+        case DeleteMatching():
+            return await executor.delete_matching(first)
         case UpdateTask():
             return await executor.update(first)
         case Plan():

@@ -36,6 +36,26 @@ class Calls:
             raise Stop(f"I couldn't {failed}: {replies.clean(error, limit=300)}")
         return result
 
+    async def each(
+        self, tool: str, arguments: list[Mapping[str, Any]], failed: str
+    ) -> list[ToolResult]:
+        """`tool` once for each of `arguments`, in order; the calls held for the person's
+        yes are asked about together, once all were tried."""
+        done: list[ToolResult] = []
+        held: list[str] = []
+        for one in arguments:
+            result = await self._call_tool(tool, one)
+            if result.get("status") == approvals.PENDING:
+                held.append(str(result.get("summary")))
+            elif result.get("status") == "error":
+                error = replies.clean(str(result.get("error") or "unknown error"), limit=300)
+                raise Stop(f"I couldn't {failed}: {error}")
+            else:
+                done.append(result)
+        if held:
+            raise Stop(approvals.question(held))
+        return done
+
     async def todos(self, failed: str = "load your tasks", **arguments: Any) -> list[ToolResult]:
         result = await self("list_todos", {"limit": MAX_SHOWN, **arguments}, failed)
         return todos(result)

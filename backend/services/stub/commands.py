@@ -51,6 +51,15 @@ class DeleteTask:
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteMatching:
+    """ "delete everything about the party": every task the words fit (None: every task of
+    `status`), asked about together where the person's setting holds deletes."""
+
+    what: str | None
+    status: str = "all"  # "all", or "completed" ("delete all completed tasks")
+
+
+@dataclass(frozen=True, slots=True)
 class UpdateTask:
     ref: str
     field: Field
@@ -112,6 +121,7 @@ Command = (
     | AddTask
     | SetCompleted
     | DeleteTask
+    | DeleteMatching
     | UpdateTask
     | Plan
     | ShowSteps

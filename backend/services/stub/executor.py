@@ -16,6 +16,7 @@ from backend.services.stub.commands import (
     AddTask,
     Assign,
     CreateList,
+    DeleteMatching,
     DeleteTask,
     ListTasks,
     Plan,
@@ -273,6 +274,29 @@ class Executor:
         target = await self._resolver.find(command.ref, resolver.DELETE, look_up=True)
         result = await self._calls("delete_todo", {"todo_id": target.todo_id}, "delete that task")
         return f"Deleted task {result.get('number')}: {replies.title(result)}."
+
+    async def delete_matching(self, command: DeleteMatching) -> str:
+        """Every task the words fit (or every one done), steps with their task."""
+        todos = await self._calls.todos("look up those tasks", status=command.status)
+        found = todos if command.what is None else resolver.best_matches(command.what, todos)
+        if not found:
+            if command.what is not None:
+                shown = replies.shorten(command.what)
+                return f'I couldn\'t find a task matching "{shown}". {replies.SHOW_HINT}'
+            return (
+                "You have no completed tasks."
+                if command.status == "completed"
+                else ("You have no tasks to delete.")
+            )
+        ids = {str(t.get("id")) for t in found}
+        tasks = [t for t in found if t.get("parent_id") not in ids]  # a step goes with its task
+        deleted = await self._calls.each(
+            "delete_todo", [{"todo_id": str(t.get("number"))} for t in tasks], "delete those tasks"
+        )
+        if len(deleted) == 1:
+            return f"Deleted task {deleted[0].get('number')}: {replies.title(deleted[0])}."
+        lines = [f"- #{result.get('number')} {replies.title(result)}" for result in deleted]
+        return "\n".join([f"Deleted {len(deleted)} tasks:", *lines])
 
     async def update(self, command: UpdateTask) -> str:
         changes: dict[str, Any] = {}

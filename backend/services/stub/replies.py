@@ -8,6 +8,7 @@ EXAMPLES = '"Add a task to buy milk", "Show my tasks", "Mark task 2 as done" or 
 DIDNT_UNDERSTAND = f"Sorry, I didn't understand that. Try {EXAMPLES}."
 TOO_LONG = f"That is too long for me to follow. Try a short command, like {EXAMPLES}."
 WELCOME = "You're welcome! Anything else?"
+LEFT_AS_IS = "OK, I left your tasks as they are."
 HELP = (
     "I can manage your todo list. Try:\n"
     '- "Add a task to buy milk tomorrow" or "add apples, pears and flour"\n'

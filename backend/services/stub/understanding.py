@@ -22,6 +22,7 @@ from backend.services.stub.commands import (
     Assign,
     Command,
     CreateList,
+    DeleteMatching,
     DeleteTask,
     EmptyTrash,
     Field,
@@ -40,7 +41,7 @@ from backend.services.stub.commands import (
 from backend.services.stub.context import Context
 from backend.services.stub.questions import list_request
 from backend.services.stub.references import explicit_id, names_one
-from backend.services.stub.replies import TOO_LONG, WELCOME, shorten
+from backend.services.stub.replies import LEFT_AS_IS, TOO_LONG, WELCOME, shorten
 
 
 def _rx(pattern: str) -> re.Pattern[str]:
@@ -124,6 +125,27 @@ _DELETE = _rx(
     r"|throw away"
     rf"|throw out|forget about) (?P<ref>.+?)(?: (?:from|off|on) (?:my|the) {_LIST_NOUNS})?"
 )
+# "delete everything about the party", "remove all the party tasks", "clear all completed
+# tasks": several tasks at once, by what they are about or by being done.
+_DELETE_ALL = _rx(
+    r"(?:delete|remove|erase|trash|discard|scrap|bin|ditch|clear|get rid of|throw away"
+    r"|throw out) (?:all|everything|every (?:single )?(?:task|todo|to-do|item|thing|one))"
+    r"(?: of)?(?: (?:the|my|our))?(?P<what> .+?)?"
+    rf"(?: (?:from|off|on) (?:my|the) {_LIST_NOUNS})?"
+)
+_DELETE_DONE = _rx(
+    r"(?:delete|remove|erase|clear|get rid of) (?:the |my )?(?:completed|done|finished)"
+    r" (?:tasks|todos|to-dos|items|ones)"
+)
+_MANY_NOUN = r"(?:tasks?|todos?|to-dos?|items?|things?|stuff|ones?)"
+_ABOUT = re.compile(
+    rf"^(?:{_MANY_NOUN} )?(?:(?:that (?:are|is) )?(?:about|for|to do with|related to|regarding"
+    r"|concerning|matching|mentioning|containing|with|on|from|called|named|that mention"
+    r"|that have|which mention) )?(?:(?:the|my|our|a) )?",
+    re.I,
+)
+_MANY_NOUN_END = re.compile(rf"(?:^| )(?:{_MANY_NOUN} ?)+$", re.I)
+_DONE_WORDS = frozenset({"completed", "done", "finished", "ticked off", "checked off"})
 _UPDATE = _rx(
     r"(?P<verb>change|rename|update|edit|modify|retitle|reword|rewrite|replace|set|move"
     r"|reschedule|postpone|push back|push|delay|defer|shift|bump)"
@@ -384,8 +406,13 @@ _NOT_PAST = frozenset(
 )  # fmt: skip
 # "the plumber one", "number 2", "the second": a reference alone, answering "Which one?".
 _BARE_REF = _rx(
-    r"(?:the|that|number|no\.?|#|task|todo)\b.*|\d{1,9}|(?:first|second|third|fourth|fifth|last)"
-    r"(?: one)?|.+ one"
+    r"(?:the|that|number|#|task|todo)\b.*|no\.? ?\d{1,9}|\d{1,9}"
+    r"|(?:first|second|third|fourth|fifth|last)(?: one)?|.+ one"
+)
+# "no", "never mind": the answer to "Which one?" that wants none of them.
+_NONE_OF_THEM = _rx(
+    r"(?:no|nope|nah|none|neither|none of them|never ?mind|forget it|cancel|stop|leave it"
+    r"|nothing|no thanks|no,? (?:thanks|thank you))"
 )
 _MORE = _rx(r"(?:and|also|plus|oh and|and also|oh also|as well as)(?: add)? (?P<text>.+)")
 _ITEM_SPLIT = re.compile(r"\s*(?:\n|;|,\s*(?:and|&)\s+|,\s*|\s+(?:and|&)\s+)\s*", re.I)
@@ -432,6 +459,8 @@ def parse(message: str, context: Context | None = None) -> list[Command]:
     text = _strip_request(text)
     if _GREETING.fullmatch(text):
         return [Help()]
+    if _NONE_OF_THEM.fullmatch(text):  # to a question of ours, or to nothing: change nothing
+        return [Say(LEFT_AS_IS)]
     if context.question_from and _command(text) is None and _BARE_REF.fullmatch(text):
         earlier = parse(context.question_from)
         if len(earlier) == 1 and isinstance(earlier[0], RefCommand):
@@ -734,6 +763,16 @@ def _restore(match: re.Match[str]) -> Command | None:
     return None if ref is None else RestoreTask(ref)
 
 
+def _delete_matching(match: re.Match[str]) -> Command:
+    what = _ABOUT.sub("", (match["what"] or "").strip())
+    what = _MANY_NOUN_END.sub("", what).strip(" '\"")
+    if what.lower() in _DONE_WORDS or what.lower().startswith(("that are done", "i did")):
+        return DeleteMatching(None, "completed")
+    if not what:  # "delete everything": not at once, whatever is asked after
+        return DeleteTask("everything")
+    return DeleteMatching(what)
+
+
 def _delete(match: re.Match[str]) -> Command | None:
     ref = _ref(match)
     return None if ref is None else DeleteTask(ref)
@@ -802,6 +841,8 @@ _VERB_RULES: list[tuple[re.Pattern[str], Rule]] = [
     *((pattern, _set_completed(True)) for pattern in _COMPLETE),
     (_DONE_WITH, _set_completed(True)),
     (_COMPLETE_TERSE, _set_completed(True, _one_ref)),
+    (_DELETE_DONE, lambda _: DeleteMatching(None, "completed")),
+    (_DELETE_ALL, _delete_matching),
     (_DELETE, _delete),
     *((pattern, _add) for pattern in _ADD),
     (_PUT_ON_LIST, _add),

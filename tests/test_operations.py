@@ -36,7 +36,18 @@ async def test_ready_when_database_is_at_head(client: httpx.AsyncClient) -> None
 async def outage_app(
     outage_db: EmbeddedPostgres, make_settings: Callable[..., Settings]
 ) -> AsyncIterator[FastAPI]:
-    app = create_app(make_settings(database_url=outage_db.start()))
+    """The app serving on an empty schema, its background workers running.
+
+    The schema is emptied before the app starts: dropping tables that the workers are
+    reading can deadlock with them (it did in CI), and no operator drops a live schema.
+    """
+    url = outage_db.start()
+    engine = create_async_engine(url)
+    async with engine.begin() as connection:
+        await connection.execute(text("DROP SCHEMA public CASCADE"))
+        await connection.execute(text("CREATE SCHEMA public"))
+    await engine.dispose()
+    app = create_app(make_settings(database_url=url))
     async with app.router.lifespan_context(app):
         yield app
 
@@ -45,9 +56,6 @@ async def test_ready_is_503_until_migrations_are_applied(
     outage_db: EmbeddedPostgres, outage_app: FastAPI
 ) -> None:
     engine = create_async_engine(outage_db.start())
-    async with engine.begin() as connection:
-        await connection.execute(text("DROP SCHEMA public CASCADE"))
-        await connection.execute(text("CREATE SCHEMA public"))
     transport = httpx.ASGITransport(app=outage_app)
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
         before = await client.get("/ready")

@@ -335,6 +335,7 @@ class Chat:
         self.session_id = session_id
         self.out = out  # the answers
         self.info = info  # everything around them
+        self.aside = info  # what another thread prints meanwhile (above the prompt, at one)
         # Held while a command runs: a reminder waits for the answer's end, never cuts it.
         self.lock = threading.Lock()
         # Calls the last answer held for the person's yes: {"id", "summary", ...}.
@@ -344,7 +345,7 @@ class Chat:
     def notify(self, text: Text) -> None:
         """Print something that happened meanwhile (from another thread)."""
         with self.lock:
-            self.info.print(text)
+            self.aside.print(text)
 
     def send(self, message: str) -> None:
         self._turn(message, None)
@@ -678,7 +679,9 @@ def run(args: argparse.Namespace) -> None:
     service = Service(args.url, who)
     # soft_wrap: lines are not broken at the console's width (a pipe's is a guess, 80).
     one_shot = args.message is not None
-    out = Console(highlight=False, soft_wrap=True)
+    # file=sys.stdout: bound now, before a terminal's prompt patches sys.stdout, so what this
+    # thread prints is written at once, in order, and a question never shows above it.
+    out = Console(file=sys.stdout, highlight=False, soft_wrap=True)
     info = Console(stderr=True, highlight=False, soft_wrap=True) if one_shot else out
     chat = Chat(service, args.session, out, info)
     if one_shot:
@@ -692,6 +695,8 @@ def run(args: argparse.Namespace) -> None:
         return
     terminal = Terminal() if sys.stdin.isatty() and sys.stdout.isatty() else None
     info.print(Text(f"todo-agent at {args.url} as {who.name} ({who.user_id}).  {HELP}"))
+    if terminal:  # printed through the patched sys.stdout, above the prompt being typed
+        chat.aside = Console(highlight=False, soft_wrap=True)
     reminders = Reminders(service, chat)
     lines = terminal.lines() if terminal else (line.rstrip("\n") for line in sys.stdin)
     # At a terminal, what another thread prints goes above the prompt, not into it.

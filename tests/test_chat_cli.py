@@ -378,11 +378,13 @@ def test_at_a_terminal_a_held_delete_asks_y_n_and_undo_takes_it_back(
         terminal.say("delete the milk task")
         terminal.wait_for(question, times=2)
         terminal.say("y")
-        screen = terminal.wait_for("⚙ Deleted task 1: Buy milk")
-        assert "agent> Here is what I did: Deleted task 1: Buy milk." in terminal.wait_for(
-            "Here is what I did"
-        )
-        assert "Delete task 1 “Buy milk”? [y/N] y" in screen
+        screen = terminal.wait_for("agent> Here is what I did: Deleted task 1: Buy milk.")
+        # In order: the question after the answer that asks it, the call's effect after the yes.
+        assert re.search(
+            r"agent> Delete task 1 “Buy milk”\? Reply yes.*\n.*\n"
+            r"Delete task 1 “Buy milk”\? \[y/N\] y\n  ⚙ Deleted task 1: Buy milk\n",
+            screen,
+        ), screen
         assert _titles(api) == ["Call mom"]
 
         terminal.say("/trash")

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -101,8 +102,18 @@ async def clean_tables(request: pytest.FixtureRequest) -> None:
     if "engine" not in request.fixturenames:
         return
     engine: AsyncEngine = request.getfixturevalue("engine")
-    async with engine.begin() as connection:
-        await connection.execute(text(f"TRUNCATE {_TABLES} RESTART IDENTITY CASCADE"))
+    # A module's server keeps polling (reminders, deliveries) between tests; taking every
+    # table's lock can deadlock with one of its statements, and PostgreSQL may pick the
+    # TRUNCATE to abort. Then it is simply taken again.
+    for attempt in range(5):
+        try:
+            async with engine.begin() as connection:
+                await connection.execute(text(f"TRUNCATE {_TABLES} RESTART IDENTITY CASCADE"))
+            return
+        except DBAPIError as error:
+            cause = error.orig.__cause__ if error.orig else None
+            if attempt == 4 or not isinstance(cause, asyncpg.exceptions.DeadlockDetectedError):
+                raise
 
 
 @pytest.fixture(scope="session")

@@ -140,21 +140,25 @@ _FINISH = Statement(
 
 # A tool call from outside a turn (an MCP client) passes the same gate as a turn: one
 # unit of the user's CHAT_RATE_LIMIT_PER_MINUTE. Also reads what the tools need to know.
+# One UPDATE decides and spends, so the user's row is locked once: a concurrent call's
+# update is waited for and the rule evaluated again on the row it left. (A SELECT ... FOR NO
+# KEY UPDATE in a CTE beside the UPDATE locked it twice in one statement, and twenty calls
+# at once deadlocked.) Only a refused call reads again, for how long to wait.
 _ADMIT_CALL = text(
     """
-    WITH gate AS (
-        SELECT COALESCE(display_name, name) AS name, timezone, confirm,
-               GREATEST(COALESCE(chat_tat, now()), now()) AS base,
-               GREATEST(COALESCE(chat_tat, now()), now()) - now()
-                   <= make_interval(secs => :tau) AS allowed
-        FROM users WHERE id = :owner FOR NO KEY UPDATE
-    ), admitted AS (
-        UPDATE users SET chat_tat = (SELECT base FROM gate) + make_interval(secs => :interval)
-        WHERE id = :owner AND (SELECT allowed FROM gate)
-    )
-    SELECT allowed, name, timezone, confirm,
-           EXTRACT(EPOCH FROM base - now())::float8 - :tau AS retry_after_s
-    FROM gate
+    UPDATE users
+    SET chat_tat = GREATEST(COALESCE(chat_tat, now()), now()) + make_interval(secs => :interval)
+    WHERE id = :owner
+      AND GREATEST(COALESCE(chat_tat, now()), now()) - now() <= make_interval(secs => :tau)
+    RETURNING COALESCE(display_name, name) AS name, timezone, confirm
+"""
+)
+_REFUSED_CALL = text(
+    """
+    SELECT COALESCE(display_name, name) AS name, timezone, confirm,
+           EXTRACT(EPOCH FROM GREATEST(COALESCE(chat_tat, now()), now()) - now())::float8
+               - :tau AS retry_after_s
+    FROM users WHERE id = :owner
 """
 )
 
@@ -180,18 +184,23 @@ def _gcra(per_minute: int) -> tuple[float, float]:
 async def admit_call(db: AsyncConnection, *, owner: str, per_minute: int) -> Admission | None:
     """Let one tool call through the user's rate limit; None when there is no such user."""
     interval, tau = _gcra(per_minute)
-    row = (
-        await db.execute(_ADMIT_CALL, {"owner": owner, "interval": interval, "tau": tau})
-    ).first()
-    if row is None:
-        return None
-    return Admission(
-        allowed=row.allowed,
-        retry_after_s=max(row.retry_after_s, 0.0),
-        name=row.name,
-        timezone=row.timezone,
-        confirm=row.confirm,
-    )
+    values = {"owner": owner, "interval": interval, "tau": tau}
+    while True:
+        if admitted := (await db.execute(_ADMIT_CALL, values)).first():
+            return Admission(True, 0.0, admitted.name, admitted.timezone, admitted.confirm)
+        refused = (await db.execute(_REFUSED_CALL, values)).first()
+        if refused is None:
+            return None
+        if refused.retry_after_s > 0:
+            return Admission(
+                allowed=False,
+                retry_after_s=refused.retry_after_s,
+                name=refused.name,
+                timezone=refused.timezone,
+                confirm=refused.confirm,
+            )
+        # The row was made by another call after the UPDATE looked (the user's first
+        # calls at once): that call committed, so the UPDATE now sees it.
 
 
 def title_from(message: str) -> str:

@@ -772,7 +772,7 @@ async def test_delete_my_account_asks_for_the_name_then_erases_everything_and_si
     await expect(confirm).to_be_hidden()
     await reveal.click()
     await expect(reveal).to_have_attribute("aria-expanded", "true")
-    typed = dialog.get_by_label("To confirm, type the name shown for you")
+    typed = dialog.get_by_label("To confirm, type the name this page knows you by")
     await expect(typed).to_be_focused()
     await expect(confirm).to_be_disabled()
     for wrong in ("Someone else", person.name.lower(), person.name[:-1]):

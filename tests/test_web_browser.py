@@ -34,6 +34,7 @@ from tests.browser import ARTIFACTS, chromium
 from tests.conftest import server_env
 from tests.fake_openai import FakeOpenAI, call, error, reply, tool_calls
 from tests.servers import ServerProcess, free_port, run_cli
+from tests.test_erasure import ONLY_USER_DELETED, rows_naming
 
 RATE_LIMIT = 6
 BERLIN = ZoneInfo("Europe/Berlin")  # the browser's timezone in these tests
@@ -721,6 +722,95 @@ async def test_the_settings_offer_a_calendar_feed_url_and_revoke_it(person: Pers
         await expect(url_box).to_be_hidden()
         await expect(dialog.get_by_role("status")).to_contain_text("revoked")
         assert (await client.get(url)).status_code == 404
+
+
+# ---------------------------------------------------------------- a person's data
+
+
+async def test_download_my_data_saves_the_accounts_export_as_a_dated_file(
+    people: Arrive,
+) -> None:
+    other = await people("Other")
+    assert (await other.api("POST", "/tasks", json={"title": "Not yours"})).status_code == 201
+    person = await people("Owner")
+    assert (await person.api("POST", "/tasks", json={"title": "Mine"})).status_code == 201
+    page = person.page
+    await page.get_by_role("button", name="Settings").click()
+    dialog = page.get_by_role("dialog", name="Settings")
+    days = {datetime.now(BERLIN).date().isoformat()}  # the browser's day, in its timezone
+    async with page.expect_download() as downloading:
+        await dialog.get_by_role("button", name="Download my data").click()
+    download = await downloading.value
+    days.add(datetime.now(BERLIN).date().isoformat())  # should midnight fall in between
+    names = {f"todo-agent-export-{person.user_id}-{day}.json" for day in days}
+    assert download.suggested_filename in names
+    await expect(dialog.get_by_role("status")).to_have_text(
+        f"Downloaded: {download.suggested_filename}"
+    )
+    await expect(dialog.get_by_role("alert")).to_be_hidden()
+    await person.shot("settings-your-data")
+
+    document = json.loads(Path(await download.path()).read_text(encoding="utf-8"))
+    assert document["format"] == "todo-agent-export/1"
+    assert document["user"]["id"] == person.user_id
+    assert [task["title"] for task in document["tasks"]] == ["Mine"]
+
+
+async def test_delete_my_account_asks_for_the_name_then_erases_everything_and_signs_out(
+    people: Arrive, engine: AsyncEngine
+) -> None:
+    other = await people("Other")
+    assert (await other.api("POST", "/tasks", json={"title": "Not yours"})).status_code == 201
+    person = await people("Leaving")
+    assert (await person.api("POST", "/tasks", json={"title": "Mine"})).status_code == 201
+    page = person.page
+    await expect(page.locator("#task-list > li.task")).to_have_count(1)
+    await page.get_by_role("button", name="Settings").click()
+    dialog = page.get_by_role("dialog", name="Settings")
+    reveal = dialog.get_by_role("button", name="Delete my account…")
+    confirm = dialog.get_by_role("button", name="Delete my account", exact=True)
+    await expect(confirm).to_be_hidden()
+    await reveal.click()
+    await expect(reveal).to_have_attribute("aria-expanded", "true")
+    typed = dialog.get_by_label("To confirm, type the name this page knows you by")
+    await expect(typed).to_be_focused()
+    await expect(confirm).to_be_disabled()
+    for wrong in ("Someone else", person.name.lower(), person.name[:-1]):
+        await typed.fill(wrong)
+        await expect(confirm).to_be_disabled()
+    await typed.press("Enter")  # neither deletes nor saves the settings
+    await typed.fill(f"  {person.name} ")  # spaces around do not count
+    await expect(confirm).to_be_enabled()
+    await person.shot("settings-delete-account")
+
+    # The service cannot be reached: the error shows and the account stays.
+    await page.context.set_offline(True)
+    await confirm.click()
+    await expect(dialog.get_by_role("alert")).to_have_text(
+        "Cannot reach the service. Check your connection, then try again."
+    )
+    await expect(dialog).to_be_visible()
+    await expect(confirm).to_be_enabled()
+    await page.context.set_offline(False)
+    tasks = (await person.api("GET", "/tasks")).json()
+    assert [task["title"] for task in tasks["data"]] == ["Mine"]
+
+    await confirm.click()
+    await expect(page.locator("#sign-in-reason")).to_have_text(
+        "Your account and everything in it were deleted."
+    )
+    await expect(dialog).to_be_hidden()
+    await expect(page.locator("#app")).to_be_hidden()
+    assert await page.evaluate("sessionStorage.length") == 0
+    await person.shot("account-deleted")
+    # No table holds the user's id but the `user.deleted` event: nothing of the page's
+    # came after the erasure to start the account again.
+    assert await rows_naming(engine, person.user_id) == ONLY_USER_DELETED
+    left = (await other.api("GET", "/tasks")).json()
+    assert [task["title"] for task in left["data"]] == ["Not yours"]
+
+    await person.sign_in()  # the same name again: a new, empty account
+    await expect(page.locator("#task-list")).to_contain_text("No tasks here yet.")
 
 
 # ---------------------------------------------------------------- ask first, undo after

@@ -236,6 +236,15 @@ export class Api {
     return this.json("/settings", { method: "PATCH", body: changes });
   }
 
+  /** Everything the service holds about the user: the `todo-agent-export/1` document, as a Blob. */
+  async exportAccount() {
+    return (await this.request("/export")).blob();
+  }
+  /** Erase the user and all that is theirs (204); a new token for them starts an empty account. */
+  deleteAccount() {
+    return this.json("", { method: "DELETE" });
+  }
+
   /** A secret calendar (iCalendar) feed URL; asking again replaces the old one. */
   createCalendarFeed() {
     return this.json("/calendar", { method: "POST" });

@@ -1575,7 +1575,8 @@ function showCalendarUrl(url) {
   $("#calendar-create").textContent = url ? "Make a new calendar link" : "Create calendar link";
 }
 
-async function calendarAction(action) {
+/** An action of a Settings button: its error in the dialog (a 401 signs out). */
+async function settingsAction(action) {
   const box = $("#settings-error");
   box.hidden = true;
   try {
@@ -1593,7 +1594,7 @@ async function calendarAction(action) {
 }
 
 async function createCalendarFeed() {
-  await calendarAction(async () => {
+  await settingsAction(async () => {
     const feed = await state.api.createCalendarFeed();
     showCalendarUrl(feed.url);
     $("#settings-status").textContent = "Calendar link ready: add it to your calendar app as a subscription.";
@@ -1603,7 +1604,7 @@ async function createCalendarFeed() {
 }
 
 async function revokeCalendarFeed() {
-  await calendarAction(async () => {
+  await settingsAction(async () => {
     await state.api.revokeCalendarFeed();
     showCalendarUrl(null);
     $("#settings-status").textContent = "Calendar link revoked: it no longer works.";
@@ -1624,6 +1625,7 @@ async function openSettings() {
   const dialog = $("#settings");
   $("#settings-error").hidden = true;
   $("#settings-status").textContent = "";
+  showDeleteAccount(false);
   showNotificationState();
   try {
     const current = await state.api.settings();
@@ -1677,6 +1679,92 @@ async function onSettingsSubmit(event) {
   }
 }
 
+// ---------------------------------------------------------------- settings: your data
+
+/** Today in the person's timezone, YYYY-MM-DD: the export's file name says when it was made. */
+function localDay(date = new Date()) {
+  const two = (n) => String(n).padStart(2, "0");
+  return `${date.getFullYear()}-${two(date.getMonth() + 1)}-${two(date.getDate())}`;
+}
+
+// A browser may read an object URL after click() has returned (Firefox did): revoked at once,
+// the download could fail, so it is revoked a little later.
+const REVOKE_AFTER_MS = 10000;
+
+/** Save a Blob as a file: a temporary link with `download`, clicked. */
+function saveFile(blob, filename) {
+  const url = URL.createObjectURL(blob);
+  const link = el("a", { attrs: { href: url, download: filename, hidden: "" } });
+  $("#settings").append(link); // in the modal dialog: the rest of the page is inert
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), REVOKE_AFTER_MS);
+}
+
+async function downloadData() {
+  const button = $("#export-data");
+  button.disabled = true;
+  $("#settings-status").textContent = "Preparing your data…";
+  await settingsAction(async () => {
+    const filename = `todo-agent-export-${state.user.userId}-${localDay()}.json`;
+    saveFile(await state.api.exportAccount(), filename);
+    $("#settings-status").textContent = `Downloaded: ${filename}`;
+  });
+  button.disabled = false;
+}
+
+/** The confirmation of "Delete my account", shown or put away (emptied either way). */
+function showDeleteAccount(open) {
+  $("#delete-account").hidden = !open;
+  $("#delete-account-start").setAttribute("aria-expanded", String(open));
+  $("#delete-account-name").value = "";
+  $("#delete-account-confirm").disabled = true;
+  if (!open) return;
+  $("#delete-account-expected").textContent = $("#who-name").textContent; // the name the page shows
+  $("#delete-account-name").focus();
+}
+
+const deleteConfirmed = () =>
+  $("#delete-account-name").value.trim() === $("#delete-account-expected").textContent.trim();
+
+async function deleteAccount() {
+  if (!deleteConfirmed()) return;
+  $("#delete-account-confirm").disabled = true;
+  $("#settings-status").textContent = "Deleting your account…";
+  // Nothing of this page may reach the service after the erasure: a request with this
+  // token would start a new, empty account.
+  stopFollowing();
+  let deleted = false;
+  await settingsAction(async () => {
+    await state.api.deleteAccount();
+    deleted = true;
+  });
+  if (deleted) {
+    signOut("Your account and everything in it were deleted.");
+  } else if (state.api) {
+    follow(); // the account stays
+    $("#delete-account-confirm").disabled = !deleteConfirmed();
+  }
+}
+
+function startYourData() {
+  $("#export-data").addEventListener("click", downloadData);
+  $("#delete-account-start").addEventListener("click", () => showDeleteAccount($("#delete-account").hidden));
+  $("#delete-account-cancel").addEventListener("click", () => {
+    showDeleteAccount(false);
+    $("#delete-account-start").focus();
+  });
+  $("#delete-account-name").addEventListener("input", () => {
+    $("#delete-account-confirm").disabled = !deleteConfirmed();
+  });
+  $("#delete-account-name").addEventListener("keydown", (event) => {
+    if (event.key !== "Enter") return;
+    event.preventDefault(); // not the settings' Save
+    $("#delete-account-confirm").click(); // nothing while it is disabled
+  });
+  $("#delete-account-confirm").addEventListener("click", deleteAccount);
+}
+
 // ---------------------------------------------------------------- layout
 
 function showView(view) {
@@ -1698,6 +1786,7 @@ function start() {
   $("#calendar-create").addEventListener("click", createCalendarFeed);
   $("#calendar-revoke").addEventListener("click", revokeCalendarFeed);
   $("#calendar-copy").addEventListener("click", copyCalendarUrl);
+  startYourData();
   $("#editor-form").addEventListener("submit", onEditorSubmit);
   $("#editor-cancel").addEventListener("click", () => $("#task-editor").close());
   $("#task-editor").addEventListener("close", () => {

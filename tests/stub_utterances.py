@@ -23,11 +23,12 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.auth import Identity
-from backend.services import undo
+from backend.services import recurrence, undo
 from backend.services.stub import StubResponder
 from backend.services.stub.context import HistoryRow
 from backend.services.tools import TodoTools, ToolResult
 from backend.services.users import upsert_user
+from tests.clock import frozen, frozen_now
 from tests.conftest import acting_as
 
 # A due date, relative to the user's local today: "+3" (days), "wd3" (the next Thursday,
@@ -855,10 +856,11 @@ class _Session:
     message a turn whose tool calls are recorded as the turn's (so "undo" has a turn to
     take back), its tools bound to the session."""
 
-    def __init__(self, engine: AsyncEngine, user: str, tz: str) -> None:
+    def __init__(self, engine: AsyncEngine, user: str, tz: str, now: datetime | None) -> None:
         self.engine = engine
         self.user = user
         self.tz = ZoneInfo(tz)
+        self.frozen = now  # the stub's "now" (tests/clock.py), or None for the real clock
         self.id = uuid.uuid4()
         self.tools = self._tools()
         self.history: list[HistoryRow] = []
@@ -904,7 +906,8 @@ class _Session:
 
         self.tool_seconds = 0.0
         started = perf_counter()
-        reply = await stub.respond(message, call_tool=call_tool, name="Sam", history=self.history)
+        calling = call_tool if self.frozen is None else frozen(call_tool, self.frozen)
+        reply = await stub.respond(message, call_tool=calling, name="Sam", history=self.history)
         own = perf_counter() - started - self.tool_seconds
         self.history += [("user", message, None, None), ("assistant", reply, calls, results)]
         return reply, own
@@ -914,14 +917,19 @@ class _Session:
         return {int(t["number"]): t for t in found}
 
 
-async def _arrange(session: _Session, tasks: tuple[Task, ...], today: date) -> None:
+async def _arrange(session: _Session, tasks: tuple[Task, ...], now: datetime) -> None:
     for task in tasks:
         spec = {"title": task} if isinstance(task, str) else dict(task)
         arguments: dict[str, Any] = {"title": spec["title"]}
         if "due" in spec:
             days, _, at = str(spec["due"]).partition("@")
-            day = today + timedelta(days=int(days))
+            day = now.date() + timedelta(days=int(days))
             arguments["due_at"] = f"{day.isoformat()}T{at}" if at else day.isoformat()
+        elif "repeat" in spec:  # its first day from the case's today, not the real one
+            rule = recurrence.parse_repeat(spec["repeat"]).rule
+            first = recurrence.first_due(rule, tz=session.tz, now=now)
+            assert first is not None
+            arguments["due_at"] = first.astimezone(session.tz).date().isoformat()
         for key in ("priority", "repeat"):
             if key in spec:
                 arguments[key] = spec[key]
@@ -930,14 +938,18 @@ async def _arrange(session: _Session, tasks: tuple[Task, ...], today: date) -> N
             await session.run("complete_todo", {"todo_id": str(added["number"])})
 
 
-async def run_case(engine: AsyncEngine, case: Case, *, user: str, tz: str = "UTC") -> Outcome:
-    """Say the case's messages to a fresh stub in one session; compare the effects."""
+async def run_case(
+    engine: AsyncEngine, case: Case, *, user: str, tz: str = "UTC", weekday: int | None = None
+) -> Outcome:
+    """Say the case's messages to a fresh stub in one session; compare the effects. With a
+    `weekday` (0 = Monday), the stub's today is that day (tests/clock.py); without, the
+    real one (questions about what is due today or overdue ask the database's clock)."""
     async with acting_as(engine, user) as db:
         await upsert_user(db=db, identity=Identity(user_id=user, name="Sam"))
-    session = _Session(engine, user, tz)
+    frozen_at = None if weekday is None else frozen_now(ZoneInfo(tz), weekday)
+    session = _Session(engine, user, tz, frozen_at)
     await session.open()
-    today = datetime.now(ZoneInfo(tz)).date()
-    await _arrange(session, case.tasks, today)
+    await _arrange(session, case.tasks, frozen_at or datetime.now(ZoneInfo(tz)))
     before = await session.todos()
     stub = StubResponder()
     reply, timings = "", []
@@ -945,7 +957,7 @@ async def run_case(engine: AsyncEngine, case: Case, *, user: str, tz: str = "UTC
         reply, own = await session.say(stub, message)
         timings.append(own)
     after = await session.todos()
-    now = datetime.now(ZoneInfo(tz)).replace(tzinfo=None)
+    now = (frozen_at or datetime.now(ZoneInfo(tz))).replace(tzinfo=None)
     problems = _compare(case, before, after, now)
     problems += [f"reply lacks {text!r}" for text in case.reply if text not in reply]
     why = "; ".join(problems) + (f"\nreply: {reply}" if problems else "")

@@ -12,6 +12,7 @@ from backend.auth import Identity
 from backend.services.stub import DIDNT_UNDERSTAND, MAX_COMMAND_CHARS, StubResponder
 from backend.services.tools import TodoTools, ToolResult
 from backend.services.users import upsert_user
+from tests.clock import WEDNESDAY, frozen, frozen_now
 from tests.conftest import acting_as
 
 READ_ONLY_TOOLS = {"list_todos", "get_user_context"}
@@ -20,12 +21,13 @@ READ_ONLY_TOOLS = {"list_todos", "get_user_context"}
 class Chat:
     """One user talking to the stub. Tool calls go to the real tools and are recorded."""
 
-    def __init__(self, engine: AsyncEngine, *, user: str, name: str, tz: str) -> None:
+    def __init__(self, engine: AsyncEngine, *, user: str, name: str, tz: str, weekday: int) -> None:
         self.engine = engine
         self.user = user
         self.name = name
         self.tools = TodoTools(owner=user, name=name, tz=ZoneInfo(tz))
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.now = frozen_now(self.tools.tz, weekday)  # the stub's "now" (tests/clock.py)
 
     async def run(self, tool: str, arguments: Mapping[str, Any]) -> ToolResult:
         async with acting_as(self.engine, self.user) as db:
@@ -39,7 +41,8 @@ class Chat:
     async def say(self, message: str) -> str:
         """The stub's reply; `calls` then holds the tools this message used."""
         self.calls = []
-        return await StubResponder().respond(message, call_tool=self.call_tool, name=self.name)
+        call_tool = frozen(self.call_tool, self.now)
+        return await StubResponder().respond(message, call_tool=call_tool, name=self.name)
 
     @property
     def tools_used(self) -> set[str]:
@@ -62,15 +65,20 @@ class Chat:
         return next(todo for todo in await self.todos() if todo["number"] == number)
 
     def today(self) -> date:
-        return datetime.now(self.tools.tz).date()
+        return self.now.date()
 
 
 async def make_chat(
-    engine: AsyncEngine, *, user: str = "alice", name: str = "Alice", tz: str = "UTC"
+    engine: AsyncEngine,
+    *,
+    user: str = "alice",
+    name: str = "Alice",
+    tz: str = "UTC",
+    weekday: int = WEDNESDAY,
 ) -> Chat:
     async with acting_as(engine, user) as db:
         await upsert_user(db=db, identity=Identity(user_id=user, name=name))
-    return Chat(engine, user=user, name=name, tz=tz)
+    return Chat(engine, user=user, name=name, tz=tz, weekday=weekday)
 
 
 @pytest.fixture
@@ -131,11 +139,16 @@ async def test_tomorrow_in_a_new_task_is_the_day_after_the_users_local_today(
     assert "get_user_context" in chat.tools_used
 
 
+@pytest.mark.parametrize("weekday", range(7))
 @pytest.mark.parametrize(
     "message",
     ["remind me to call mom on Friday", "remind me on friday to call mom", "add call mom by fri"],
 )
-async def test_weekday_in_a_new_task_is_the_next_such_day(chat: Chat, message: str) -> None:
+async def test_weekday_in_a_new_task_is_the_next_such_day(
+    engine: AsyncEngine, message: str, weekday: int
+) -> None:
+    chat = await make_chat(engine, weekday=weekday)
+
     reply = await chat.say(message)
 
     todo = await chat.todo(1)
@@ -159,7 +172,7 @@ async def test_repeating_reminder_is_set_in_local_time_and_completing_it_names_t
     assert todo["title"] == "Water the plants"
     assert todo["recurrence_text"] == "every other Thursday"
     assert (due.strftime("%A"), due.strftime("%H:%M")) == ("Thursday", "18:00")
-    assert due.utcoffset() == datetime.now(ZoneInfo("America/New_York")).utcoffset()
+    assert due.utcoffset() == due.astimezone(ZoneInfo("America/New_York")).utcoffset()
     assert 0 <= (due.date() - chat.today()).days <= 7
     assert todo["remind_at"] == todo["due_at"]  # "remind me" without an offset: at the due time
 
@@ -251,7 +264,8 @@ async def test_empty_list_says_there_are_none_and_suggests_what_to_do(
 
 
 async def test_overdue_request_lists_only_pending_tasks_past_their_due_date(chat: Chat) -> None:
-    yesterday = (chat.today() - timedelta(days=1)).isoformat()
+    # Overdue is the database's today, not the stub's: the real clock.
+    yesterday = (datetime.now(chat.tools.tz).date() - timedelta(days=1)).isoformat()
     await chat.add("File taxes", due_at=yesterday)
     await chat.add("Renew passport")
 

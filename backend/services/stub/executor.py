@@ -461,14 +461,16 @@ def _on_schedule(todo_: ToolResult | None, phrase: str, tz: ZoneInfo, now: datet
     """ "make it every wednesday": a task due on a day the new rule skips moves to the
     rule's next day (at the phrase's time, if it names one); None when it may stay. A task
     that already repeats starts over by the new rule, from today: "every tuesday", then
-    "actually make it every wednesday" on a Wednesday is due today, not in a week."""
-    due = (todo_ or {}).get("due_at")
-    if not isinstance(due, str):
-        return None
+    "actually make it every wednesday" on a Wednesday is due today, not in a week. A task
+    with no due day gets the rule's first, from the same today as a new task."""
     try:
         repeat = recurrence.parse_repeat(phrase)
     except RecurrenceError:
         return None  # the tool says which phrases it reads
+    due = (todo_ or {}).get("due_at")
+    if not isinstance(due, str):
+        start = _repeat_due(repeat, None, now, tz)
+        return None if start is None else _due_value(start)
     due_at = datetime.fromisoformat(due).astimezone(tz)
     if repeat.at is not None:
         due_at = datetime.combine(due_at.date(), repeat.at, tzinfo=tz)

@@ -631,6 +631,33 @@ CASES: list[Case] = [
         priority=H,
         tags=("health", "teeth"),
     ),
+    # monthly, by a weekday's place in the month or by the day of the month
+    _every("pay rent the second tuesday of each month", "Pay rent", "FREQ=MONTHLY;BYDAY=2TU"),
+    _every("book club every 1st friday of the month", "Book club", "FREQ=MONTHLY;BYDAY=1FR"),
+    _every("last monday of every month review budget", "Review budget", "FREQ=MONTHLY;BYDAY=-1MO"),
+    _every(
+        "add water the bonsai every third thursday", "Water the bonsai", "FREQ=MONTHLY;BYDAY=3TH"
+    ),
+    _every(
+        "add team lunch on the 2nd wednesday of every month at noon",
+        "Team lunch",
+        "FREQ=MONTHLY;BYDAY=2WE",
+        due="first@12:00",
+    ),
+    _every("pay rent on the 1st of every month", "Pay rent", "FREQ=MONTHLY;BYMONTHDAY=1"),
+    _every(
+        "add back up the photos monthly on the 31st",
+        "Back up the photos",
+        "FREQ=MONTHLY;BYMONTHDAY=31",
+    ),
+    _every(
+        "add pay the card on the last day of every month",
+        "Pay the card",
+        "FREQ=MONTHLY;BYMONTHDAY=-1",
+    ),
+    _every(
+        "add order lenses every month on the 15th", "Order lenses", "FREQ=MONTHLY;BYMONTHDAY=15"
+    ),
     _follow(
         ("stop repeating the bins",),
         tasks=({"title": "Put the bins out", "repeat": "every monday"},),

@@ -427,6 +427,12 @@ def says_date(text: str) -> bool:
 REPEAT_START = _rx(r"(?:every|each|daily|weekly|fortnightly|monthly|yearly|annually)\b")
 
 
+def starts_with_repeat(text: str) -> bool:
+    """Does `text` open with a repeat ("last monday of every month review budget")?"""
+    found = find_repeat(text) if len(text) <= MAX_DATE_TEXT else None
+    return found is not None and found[1] == 0
+
+
 def take_repeat(text: str) -> tuple[str, Repeat | None]:
     """A repeat phrase said in `text` ("every other thursday at 6pm"), read as the service
     reads it, and the text without it. "every time I open the fridge" says none."""

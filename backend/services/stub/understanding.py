@@ -589,6 +589,8 @@ def _date_first(text: str) -> list[Command]:
     words = text.split(" ")
     if len(words) < 2 or not entities.might_be_date(" ".join(words[:2])):
         return []
+    if entities.starts_with_repeat(text):  # "last monday of every month ...": no one day
+        return []
     for size in range(min(4, len(words) - 1), 0, -1):  # the longest date wins
         when = " ".join(words[:size]).rstrip(":,-")
         if not entities.is_date(when):

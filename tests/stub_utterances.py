@@ -658,6 +658,19 @@ CASES: list[Case] = [
     _every(
         "add order lenses every month on the 15th", "Order lenses", "FREQ=MONTHLY;BYMONTHDAY=15"
     ),
+    # short weekday names and misspelt repeat words
+    _every("add gym every tue", "Gym", "FREQ=WEEKLY;BYDAY=TU"),
+    _every("add run every sat at 8am", "Run", "FREQ=WEEKLY;BYDAY=SA", due="first@08:00"),
+    _date("add call mum thurs", "Call mum", "wd3"),
+    _date("add standup wed at 9", "Standup", "wd2@09:00"),
+    _date("call dad thrusday", "Call dad", "wd3"),
+    _every("water the plants evrey wensday", "Water the plants", "FREQ=WEEKLY;BYDAY=WE"),
+    _every("stretch evry day", "Stretch", "FREQ=DAILY"),
+    _every("add take vitamins dayly", "Take vitamins", "FREQ=DAILY"),
+    _every("add review the accounts weekley", "Review the accounts", "FREQ=WEEKLY"),
+    _every("add pay the gardener montly", "Pay the gardener", "FREQ=MONTHLY"),
+    _every("add clean the house every saterday", "Clean the house", "FREQ=WEEKLY;BYDAY=SA"),
+    _every("take meds everyday at 8", "Take meds", "FREQ=DAILY", due="first@08:00"),
     _follow(
         ("stop repeating the bins",),
         tasks=({"title": "Put the bins out", "repeat": "every monday"},),

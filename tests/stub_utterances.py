@@ -797,6 +797,9 @@ CASES: list[Case] = [
     _safe("busy day tomorrow", "didn't understand"),
     _safe("ok tomorrow then", "didn't understand"),
     _safe("talk to you at 5", "didn't understand"),
+    _safe("remind me sometime", "What should I remind you about?"),
+    _safe("remind me about it later", "What should I remind you about?"),
+    _safe("add something for tomorrow", "What should the task say?"),
 ]
 
 

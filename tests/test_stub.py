@@ -198,11 +198,27 @@ async def test_priority_said_with_a_new_task_is_set(chat: Chat) -> None:
     assert (await chat.todo(1))["priority"] == "high"
 
 
-@pytest.mark.parametrize("message", ["add a task", "add", "remind me to"])
-async def test_add_without_a_title_asks_for_one_and_adds_nothing(chat: Chat, message: str) -> None:
+@pytest.mark.parametrize(
+    ("message", "question"),
+    [
+        ("add a task", "What should the task say?"),
+        ("add", "What should the task say?"),
+        ("add something for tomorrow", "What should the task say?"),
+        ("add something", "What should the task say?"),
+        ("remind me to", "What should I remind you about?"),
+        ("remind me sometime", "What should I remind you about?"),
+        ("remind me later", "What should I remind you about?"),
+        ("remind me about it sometime", "What should I remind you about?"),
+        ("remind me tomorrow", "What should I remind you about?"),
+        ("can you remind me of something later?", "What should I remind you about?"),
+    ],
+)
+async def test_add_without_a_title_asks_for_one_and_adds_nothing(
+    chat: Chat, message: str, question: str
+) -> None:
     reply = await chat.say(message)
 
-    assert reply.startswith("What should the task say?")
+    assert reply.startswith(question)
     assert await chat.todos() == []
 
 

@@ -42,6 +42,12 @@ _TO_LIST = re.compile(
     r"(?P<name>[\w'&-]+(?:\s+[\w'&-]+){0,3}?)(?:\s+list)?",
     re.IGNORECASE,
 )
+# Words that say no task: "remind me sometime", "add something for tomorrow".
+_VAGUE = frozenset(
+    ["sometime", "sometimes", "some", "time", "later", "soon", "eventually", "something",
+     "anything", "stuff", "thing", "things", "smth", "sth", "it", "that", "this", "about",
+     "of", "a", "again"]
+)  # fmt: skip
 _RANK = {"high": 0, "medium": 1, "low": 2}
 _URGENT_SHOWN = 3
 
@@ -207,8 +213,8 @@ class Executor:
                     if (into := await self.list_named(tag)) is not None:
                         said = replace(said, tags=tuple(t for t in said.tags if t != tag))
                         break
-            if not said.title:
-                return f"What should the task say? For example: {replies.ADD_EXAMPLE}."
+            if _VAGUE.issuperset(said.title.lower().split()):  # none, or only filler
+                return replies.ASK_REMIND_WHAT if command.remind else replies.ASK_WHAT
             arguments: dict[str, Any] = {"title": said.title, **_fields(said)}
             if into is not None:
                 arguments["list"] = str(into.get("id"))

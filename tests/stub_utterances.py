@@ -552,6 +552,47 @@ CASES: list[Case] = [
         tasks=({"title": "Dentist appointment", "due": "+2@15:00"},),
         changed={1: {"due": "+2@16:00"}},
     ),
+    # a reminder set before an existing task's due time; a task moved to a time of day
+    _follow(
+        ("ping me two hours before the haircut",),
+        tasks=("Call the vet", {"title": "Haircut", "due": "+2@14:00"}),
+        changed={2: {"remind": "-2h"}},
+    ),
+    _follow(
+        ("remind me 30 minutes before the dentist",),
+        tasks=({"title": "Dentist appointment", "due": "+3@11:00"},),
+        changed={1: {"remind": "-30m"}},
+    ),
+    _follow(
+        ("remind me a day before task 1",),
+        tasks=({"title": "Call the plumber", "due": "+3"},),
+        changed={1: {"remind": "-1d@09:00"}},
+    ),
+    _follow(
+        ("alert me 15 mins before the haircut",),
+        tasks=("Haircut",),
+        reply=("has no due time",),
+    ),
+    _follow(
+        ("make task 1 at 9:30",),
+        tasks=({"title": "Haircut", "due": "+2@14:00"},),
+        changed={1: {"due": "+2@09:30"}},
+    ),
+    _follow(
+        ("push the dentist to 3 tomorrow",),
+        tasks=({"title": "Dentist appointment", "due": "+2@11:00"},),
+        changed={1: {"due": "+1@15:00"}},
+    ),
+    _follow(
+        ("move the haircut to 5",),
+        tasks=({"title": "Haircut", "due": "+2@14:00"},),
+        changed={1: {"due": "+2@17:00"}},
+    ),
+    _follow(
+        ("schedule task 1 for tomorrow at 10",),
+        tasks=({"title": "Haircut", "due": "+2@14:00"},),
+        changed={1: {"due": "+1@10:00"}},
+    ),
     # --- repeating tasks ----------------------------------------------------------------------
     _every(
         "remind me to take out the trash every monday",

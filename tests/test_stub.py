@@ -554,6 +554,46 @@ async def test_move_command_sets_the_due_date_and_keeps_the_title(chat: Chat, me
 
 
 @pytest.mark.parametrize(
+    ("message", "due", "remind"),
+    [
+        ("move the haircut to 5pm", "+2 17:00", "+2 16:30"),
+        ("make task 1 at 9", "+2 09:00", "+2 08:30"),
+        ("push the haircut to friday at 10am", "fri 10:00", "fri 09:30"),
+        ("postpone the haircut by a day", "+3 14:00", "+3 13:30"),
+    ],
+)
+async def test_a_moved_task_keeps_its_reminder_as_long_before_its_due_time(
+    chat: Chat, message: str, due: str, remind: str
+) -> None:
+    day = chat.today() + timedelta(days=2)
+    await chat.add("Haircut", due_at=f"{day}T14:00", remind_at=f"{day}T13:30")
+
+    await chat.say(message)
+
+    def local(spec: str) -> str:
+        when, _, at = spec.partition(" ")
+        friday = chat.today() + timedelta(days=(4 - chat.today().weekday()) % 7 or 7)
+        moved = friday if when == "fri" else chat.today() + timedelta(days=int(when))
+        return f"{moved}T{at}" if at else str(moved)
+
+    todo = await chat.todo(1)
+    assert (todo["due_at"][:16], todo["remind_at"][:16]) == (local(due)[:16], local(remind))
+
+
+async def test_a_reminder_that_a_move_would_put_in_the_past_is_at_the_due_time(
+    chat: Chat,
+) -> None:
+    today = chat.today()  # the stub's now is 10:30
+    await chat.add("Haircut", due_at=f"{today}T14:00", remind_at=f"{today}T13:00")
+
+    reply = await chat.say("move the haircut to 11am")
+
+    todo = await chat.todo(1)
+    assert (todo["due_at"][11:16], todo["remind_at"][11:16]) == ("11:00", "11:00")
+    assert "Its reminder is at the due time now: earlier would have passed." in reply
+
+
+@pytest.mark.parametrize(
     "message", ["make task 2 high priority", "set the priority of task 2 to high"]
 )
 async def test_priority_command_sets_the_priority(chat: Chat, message: str) -> None:

@@ -270,6 +270,16 @@ def take_time(text: str) -> tuple[str, time | None]:
     return text, None
 
 
+_HOUR_FIRST = _rx(
+    r"^(?P<h>\d{1,2})(?!\S)(?!\s+(?:days?|weeks?|months?|years?|hours?|hrs?|minutes?|mins?)\b)"
+)
+
+
+def hour_first(text: str) -> str:
+    """A bare hour where a task is moved to ("3 tomorrow", "5") as "at 3 tomorrow"."""
+    return _HOUR_FIRST.sub(r"at \g<h>", text)
+
+
 def time_only(text: str) -> time | None:
     """The time of day when `text` says only that ("9am", "at 15:30")."""
     rest, at = take_time(text.strip(" ,;:-"))

@@ -95,6 +95,10 @@ def test_times_of_day_are_read_with_or_without_a_day(
     assert entities.take_date(text, NOW) == (rest, due)
 
 
+def test_a_day_of_the_year_said_on_that_day_is_today_not_next_year() -> None:
+    assert entities.take_date("dentist checkup on nov 23", NOW) == ("dentist checkup", NOW.date())
+
+
 @pytest.mark.parametrize("hour", range(1, 13))
 def test_a_bare_hour_means_the_same_for_a_repeating_task_and_a_one_off(hour: int) -> None:
     repeating = parse_repeat(f"every day at {hour}").at

@@ -383,8 +383,11 @@ def warm_up() -> None:
 def _clean_due(phrase: str, found: datetime, now: datetime) -> Due:
     """A date, or a date-time when a time of day was said; never in the past."""
     today = now.date()
-    if found.date() < today and not re.search(r"\b\d{4}\b", phrase):
-        found = found.replace(year=found.year + 1) if found.month < today.month else found
+    if not re.search(r"\b\d{4}\b", phrase):
+        if found.date() < today and found.month < today.month:
+            found = found.replace(year=found.year + 1)
+        elif found.year == today.year + 1 and (found.month, found.day) == (today.month, today.day):
+            found = found.replace(year=today.year)  # "on dec 3", said on December 3: today
     if _TIME_SAID.search(phrase):
         return found.replace(second=0, microsecond=0)
     return found.date()

@@ -23,11 +23,12 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.auth import Identity
-from backend.services import undo
+from backend.services import recurrence, undo
 from backend.services.stub import StubResponder
 from backend.services.stub.context import HistoryRow
 from backend.services.tools import TodoTools, ToolResult
 from backend.services.users import upsert_user
+from tests.clock import frozen, frozen_now
 from tests.conftest import acting_as
 
 # A due date, relative to the user's local today: "+3" (days), "wd3" (the next Thursday,
@@ -551,6 +552,47 @@ CASES: list[Case] = [
         tasks=({"title": "Dentist appointment", "due": "+2@15:00"},),
         changed={1: {"due": "+2@16:00"}},
     ),
+    # a reminder set before an existing task's due time; a task moved to a time of day
+    _follow(
+        ("ping me two hours before the haircut",),
+        tasks=("Call the vet", {"title": "Haircut", "due": "+2@14:00"}),
+        changed={2: {"remind": "-2h"}},
+    ),
+    _follow(
+        ("remind me 30 minutes before the dentist",),
+        tasks=({"title": "Dentist appointment", "due": "+3@11:00"},),
+        changed={1: {"remind": "-30m"}},
+    ),
+    _follow(
+        ("remind me a day before task 1",),
+        tasks=({"title": "Call the plumber", "due": "+3"},),
+        changed={1: {"remind": "-1d@09:00"}},
+    ),
+    _follow(
+        ("alert me 15 mins before the haircut",),
+        tasks=("Haircut",),
+        reply=("has no due time",),
+    ),
+    _follow(
+        ("make task 1 at 9:30",),
+        tasks=({"title": "Haircut", "due": "+2@14:00"},),
+        changed={1: {"due": "+2@09:30"}},
+    ),
+    _follow(
+        ("push the dentist to 3 tomorrow",),
+        tasks=({"title": "Dentist appointment", "due": "+2@11:00"},),
+        changed={1: {"due": "+1@15:00"}},
+    ),
+    _follow(
+        ("move the haircut to 5",),
+        tasks=({"title": "Haircut", "due": "+2@14:00"},),
+        changed={1: {"due": "+2@17:00"}},
+    ),
+    _follow(
+        ("schedule task 1 for tomorrow at 10",),
+        tasks=({"title": "Haircut", "due": "+2@14:00"},),
+        changed={1: {"due": "+1@10:00"}},
+    ),
     # --- repeating tasks ----------------------------------------------------------------------
     _every(
         "remind me to take out the trash every monday",
@@ -630,6 +672,46 @@ CASES: list[Case] = [
         priority=H,
         tags=("health", "teeth"),
     ),
+    # monthly, by a weekday's place in the month or by the day of the month
+    _every("pay rent the second tuesday of each month", "Pay rent", "FREQ=MONTHLY;BYDAY=2TU"),
+    _every("book club every 1st friday of the month", "Book club", "FREQ=MONTHLY;BYDAY=1FR"),
+    _every("last monday of every month review budget", "Review budget", "FREQ=MONTHLY;BYDAY=-1MO"),
+    _every(
+        "add water the bonsai every third thursday", "Water the bonsai", "FREQ=MONTHLY;BYDAY=3TH"
+    ),
+    _every(
+        "add team lunch on the 2nd wednesday of every month at noon",
+        "Team lunch",
+        "FREQ=MONTHLY;BYDAY=2WE",
+        due="first@12:00",
+    ),
+    _every("pay rent on the 1st of every month", "Pay rent", "FREQ=MONTHLY;BYMONTHDAY=1"),
+    _every(
+        "add back up the photos monthly on the 31st",
+        "Back up the photos",
+        "FREQ=MONTHLY;BYMONTHDAY=31",
+    ),
+    _every(
+        "add pay the card on the last day of every month",
+        "Pay the card",
+        "FREQ=MONTHLY;BYMONTHDAY=-1",
+    ),
+    _every(
+        "add order lenses every month on the 15th", "Order lenses", "FREQ=MONTHLY;BYMONTHDAY=15"
+    ),
+    # short weekday names and misspelt repeat words
+    _every("add gym every tue", "Gym", "FREQ=WEEKLY;BYDAY=TU"),
+    _every("add run every sat at 8am", "Run", "FREQ=WEEKLY;BYDAY=SA", due="first@08:00"),
+    _date("add call mum thurs", "Call mum", "wd3"),
+    _date("add standup wed at 9", "Standup", "wd2@09:00"),
+    _date("call dad thrusday", "Call dad", "wd3"),
+    _every("water the plants evrey wensday", "Water the plants", "FREQ=WEEKLY;BYDAY=WE"),
+    _every("stretch evry day", "Stretch", "FREQ=DAILY"),
+    _every("add take vitamins dayly", "Take vitamins", "FREQ=DAILY"),
+    _every("add review the accounts weekley", "Review the accounts", "FREQ=WEEKLY"),
+    _every("add pay the gardener montly", "Pay the gardener", "FREQ=MONTHLY"),
+    _every("add clean the house every saterday", "Clean the house", "FREQ=WEEKLY;BYDAY=SA"),
+    _every("take meds everyday at 8", "Take meds", "FREQ=DAILY", due="first@08:00"),
     _follow(
         ("stop repeating the bins",),
         tasks=({"title": "Put the bins out", "repeat": "every monday"},),
@@ -756,6 +838,9 @@ CASES: list[Case] = [
     _safe("busy day tomorrow", "didn't understand"),
     _safe("ok tomorrow then", "didn't understand"),
     _safe("talk to you at 5", "didn't understand"),
+    _safe("remind me sometime", "What should I remind you about?"),
+    _safe("remind me about it later", "What should I remind you about?"),
+    _safe("add something for tomorrow", "What should the task say?"),
 ]
 
 
@@ -855,10 +940,11 @@ class _Session:
     message a turn whose tool calls are recorded as the turn's (so "undo" has a turn to
     take back), its tools bound to the session."""
 
-    def __init__(self, engine: AsyncEngine, user: str, tz: str) -> None:
+    def __init__(self, engine: AsyncEngine, user: str, tz: str, now: datetime | None) -> None:
         self.engine = engine
         self.user = user
         self.tz = ZoneInfo(tz)
+        self.frozen = now  # the stub's "now" (tests/clock.py), or None for the real clock
         self.id = uuid.uuid4()
         self.tools = self._tools()
         self.history: list[HistoryRow] = []
@@ -904,7 +990,8 @@ class _Session:
 
         self.tool_seconds = 0.0
         started = perf_counter()
-        reply = await stub.respond(message, call_tool=call_tool, name="Sam", history=self.history)
+        calling = call_tool if self.frozen is None else frozen(call_tool, self.frozen)
+        reply = await stub.respond(message, call_tool=calling, name="Sam", history=self.history)
         own = perf_counter() - started - self.tool_seconds
         self.history += [("user", message, None, None), ("assistant", reply, calls, results)]
         return reply, own
@@ -914,14 +1001,19 @@ class _Session:
         return {int(t["number"]): t for t in found}
 
 
-async def _arrange(session: _Session, tasks: tuple[Task, ...], today: date) -> None:
+async def _arrange(session: _Session, tasks: tuple[Task, ...], now: datetime) -> None:
     for task in tasks:
         spec = {"title": task} if isinstance(task, str) else dict(task)
         arguments: dict[str, Any] = {"title": spec["title"]}
         if "due" in spec:
             days, _, at = str(spec["due"]).partition("@")
-            day = today + timedelta(days=int(days))
+            day = now.date() + timedelta(days=int(days))
             arguments["due_at"] = f"{day.isoformat()}T{at}" if at else day.isoformat()
+        elif "repeat" in spec:  # its first day from the case's today, not the real one
+            rule = recurrence.parse_repeat(spec["repeat"]).rule
+            first = recurrence.first_due(rule, tz=session.tz, now=now)
+            assert first is not None
+            arguments["due_at"] = first.astimezone(session.tz).date().isoformat()
         for key in ("priority", "repeat"):
             if key in spec:
                 arguments[key] = spec[key]
@@ -930,14 +1022,18 @@ async def _arrange(session: _Session, tasks: tuple[Task, ...], today: date) -> N
             await session.run("complete_todo", {"todo_id": str(added["number"])})
 
 
-async def run_case(engine: AsyncEngine, case: Case, *, user: str, tz: str = "UTC") -> Outcome:
-    """Say the case's messages to a fresh stub in one session; compare the effects."""
+async def run_case(
+    engine: AsyncEngine, case: Case, *, user: str, tz: str = "UTC", weekday: int | None = None
+) -> Outcome:
+    """Say the case's messages to a fresh stub in one session; compare the effects. With a
+    `weekday` (0 = Monday), the stub's today is that day (tests/clock.py); without, the
+    real one (questions about what is due today or overdue ask the database's clock)."""
     async with acting_as(engine, user) as db:
         await upsert_user(db=db, identity=Identity(user_id=user, name="Sam"))
-    session = _Session(engine, user, tz)
+    frozen_at = None if weekday is None else frozen_now(ZoneInfo(tz), weekday)
+    session = _Session(engine, user, tz, frozen_at)
     await session.open()
-    today = datetime.now(ZoneInfo(tz)).date()
-    await _arrange(session, case.tasks, today)
+    await _arrange(session, case.tasks, frozen_at or datetime.now(ZoneInfo(tz)))
     before = await session.todos()
     stub = StubResponder()
     reply, timings = "", []
@@ -945,7 +1041,7 @@ async def run_case(engine: AsyncEngine, case: Case, *, user: str, tz: str = "UTC
         reply, own = await session.say(stub, message)
         timings.append(own)
     after = await session.todos()
-    now = datetime.now(ZoneInfo(tz)).replace(tzinfo=None)
+    now = (frozen_at or datetime.now(ZoneInfo(tz))).replace(tzinfo=None)
     problems = _compare(case, before, after, now)
     problems += [f"reply lacks {text!r}" for text in case.reply if text not in reply]
     why = "; ".join(problems) + (f"\nreply: {reply}" if problems else "")

@@ -53,6 +53,16 @@ PHRASES = [
     ("monthly on the 1st", ["2027-03-01 09:00", "2027-04-01 09:00", "2027-05-01 09:00"]),
     ("every last friday", ["2027-03-26 09:00", "2027-04-30 09:00", "2027-05-28 09:00"]),
     ("every first monday", ["2027-03-01 09:00", "2027-04-05 09:00", "2027-05-03 09:00"]),
+    ("every 1st friday of the month", ["2027-03-05 09:00", "2027-04-02 09:00", "2027-05-07 09:00"]),
+    ("the 2nd tuesday of each month", ["2027-03-09 09:00", "2027-04-13 09:00", "2027-05-11 09:00"]),
+    ("every third thursday", ["2027-03-18 09:00", "2027-04-15 09:00", "2027-05-20 09:00"]),
+    ("last monday of every month", ["2027-03-29 09:00", "2027-04-26 09:00", "2027-05-31 09:00"]),
+    ("monthly on the last friday", ["2027-03-26 09:00", "2027-04-30 09:00", "2027-05-28 09:00"]),
+    ("on the 1st of every month", ["2027-03-01 09:00", "2027-04-01 09:00", "2027-05-01 09:00"]),
+    # The 31st of a month that has none is skipped (RFC 5545); "the last day" is BYMONTHDAY=-1.
+    ("monthly on the 31st", ["2027-03-31 09:00", "2027-05-31 09:00", "2027-07-31 09:00"]),
+    ("the end of every month", ["2027-03-31 09:00", "2027-04-30 09:00", "2027-05-31 09:00"]),
+    ("everyday", ["2027-03-01 09:00", "2027-03-02 09:00", "2027-03-03 09:00"]),
     ("every year on march 3", ["2027-03-03 09:00", "2028-03-03 09:00", "2029-03-03 09:00"]),
     ("every 31st", ["2027-03-31 09:00", "2027-05-31 09:00", "2027-07-31 09:00"]),
     ("the last day of every month", ["2027-03-31 09:00", "2027-04-30 09:00", "2027-05-31 09:00"]),
@@ -86,6 +96,49 @@ def test_a_phrase_can_carry_its_time_of_day(phrase: str, at: str) -> None:
 def test_a_phrase_it_cannot_read_says_which_forms_it_reads(phrase: str) -> None:
     with pytest.raises(RecurrenceError, match="every weekday"):
         parse_repeat(phrase)
+
+
+@pytest.mark.parametrize(
+    ("sentence", "phrase", "rule"),
+    [
+        ("pay rent the second tuesday of each month", "the second tuesday of each month",
+         "FREQ=MONTHLY;BYDAY=2TU"),
+        ("last monday of every month review budget", "last monday of every month",
+         "FREQ=MONTHLY;BYDAY=-1MO"),
+        ("team lunch on the 2nd wednesday of every month at noon",
+         "on the 2nd wednesday of every month at noon", "FREQ=MONTHLY;BYDAY=2WE"),
+        ("pay rent on the 1st of every month", "on the 1st of every month",
+         "FREQ=MONTHLY;BYMONTHDAY=1"),
+        ("budget at the end of every month", "at the end of every month",
+         "FREQ=MONTHLY;BYMONTHDAY=-1"),
+        ("meds everyday at 8", "everyday at 8", "FREQ=DAILY"),
+    ],
+)  # fmt: skip
+def test_a_schedule_that_names_its_day_first_is_found_in_a_sentence(
+    sentence: str, phrase: str, rule: str
+) -> None:
+    found = recurrence.find_repeat(sentence)
+    assert found is not None
+    read, start, end = found
+    assert (sentence[start:end], read.rule) == (phrase, rule)
+
+
+@pytest.mark.parametrize(
+    "sentence", ["pay by the second tuesday", "send it by the 15th of the month", "on the 3rd"]
+)
+def test_one_day_named_by_its_place_in_the_month_is_no_schedule(sentence: str) -> None:
+    assert recurrence.find_repeat(sentence) is None
+
+
+def test_a_monthly_weekday_rule_keeps_its_local_time_across_the_end_of_dst() -> None:
+    # New York leaves daylight-saving time on 2026-11-01: 09:00 is 13:00 UTC, then 14:00.
+    read = parse_repeat("the second tuesday of each month at 9am")
+    start = local("2026-10-01T09:00", NEW_YORK)
+    found = recurrence.occurrences(read.rule, anchor=start, tz=NEW_YORK, count=2)
+    assert [d.astimezone(NEW_YORK).isoformat() for d in found] == [
+        "2026-10-13T09:00:00-04:00",
+        "2026-11-10T09:00:00-05:00",
+    ]
 
 
 def test_a_schedule_inside_a_sentence_is_found_and_a_figure_of_speech_is_not() -> None:

@@ -12,6 +12,7 @@ from backend.auth import Identity
 from backend.services.stub import DIDNT_UNDERSTAND, MAX_COMMAND_CHARS, StubResponder
 from backend.services.tools import TodoTools, ToolResult
 from backend.services.users import upsert_user
+from tests.clock import WEDNESDAY, frozen, frozen_now
 from tests.conftest import acting_as
 
 READ_ONLY_TOOLS = {"list_todos", "get_user_context"}
@@ -20,12 +21,13 @@ READ_ONLY_TOOLS = {"list_todos", "get_user_context"}
 class Chat:
     """One user talking to the stub. Tool calls go to the real tools and are recorded."""
 
-    def __init__(self, engine: AsyncEngine, *, user: str, name: str, tz: str) -> None:
+    def __init__(self, engine: AsyncEngine, *, user: str, name: str, tz: str, weekday: int) -> None:
         self.engine = engine
         self.user = user
         self.name = name
         self.tools = TodoTools(owner=user, name=name, tz=ZoneInfo(tz))
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.now = frozen_now(self.tools.tz, weekday)  # the stub's "now" (tests/clock.py)
 
     async def run(self, tool: str, arguments: Mapping[str, Any]) -> ToolResult:
         async with acting_as(self.engine, self.user) as db:
@@ -39,7 +41,8 @@ class Chat:
     async def say(self, message: str) -> str:
         """The stub's reply; `calls` then holds the tools this message used."""
         self.calls = []
-        return await StubResponder().respond(message, call_tool=self.call_tool, name=self.name)
+        call_tool = frozen(self.call_tool, self.now)
+        return await StubResponder().respond(message, call_tool=call_tool, name=self.name)
 
     @property
     def tools_used(self) -> set[str]:
@@ -62,15 +65,20 @@ class Chat:
         return next(todo for todo in await self.todos() if todo["number"] == number)
 
     def today(self) -> date:
-        return datetime.now(self.tools.tz).date()
+        return self.now.date()
 
 
 async def make_chat(
-    engine: AsyncEngine, *, user: str = "alice", name: str = "Alice", tz: str = "UTC"
+    engine: AsyncEngine,
+    *,
+    user: str = "alice",
+    name: str = "Alice",
+    tz: str = "UTC",
+    weekday: int = WEDNESDAY,
 ) -> Chat:
     async with acting_as(engine, user) as db:
         await upsert_user(db=db, identity=Identity(user_id=user, name=name))
-    return Chat(engine, user=user, name=name, tz=tz)
+    return Chat(engine, user=user, name=name, tz=tz, weekday=weekday)
 
 
 @pytest.fixture
@@ -131,11 +139,16 @@ async def test_tomorrow_in_a_new_task_is_the_day_after_the_users_local_today(
     assert "get_user_context" in chat.tools_used
 
 
+@pytest.mark.parametrize("weekday", range(7))
 @pytest.mark.parametrize(
     "message",
     ["remind me to call mom on Friday", "remind me on friday to call mom", "add call mom by fri"],
 )
-async def test_weekday_in_a_new_task_is_the_next_such_day(chat: Chat, message: str) -> None:
+async def test_weekday_in_a_new_task_is_the_next_such_day(
+    engine: AsyncEngine, message: str, weekday: int
+) -> None:
+    chat = await make_chat(engine, weekday=weekday)
+
     reply = await chat.say(message)
 
     todo = await chat.todo(1)
@@ -159,7 +172,7 @@ async def test_repeating_reminder_is_set_in_local_time_and_completing_it_names_t
     assert todo["title"] == "Water the plants"
     assert todo["recurrence_text"] == "every other Thursday"
     assert (due.strftime("%A"), due.strftime("%H:%M")) == ("Thursday", "18:00")
-    assert due.utcoffset() == datetime.now(ZoneInfo("America/New_York")).utcoffset()
+    assert due.utcoffset() == due.astimezone(ZoneInfo("America/New_York")).utcoffset()
     assert 0 <= (due.date() - chat.today()).days <= 7
     assert todo["remind_at"] == todo["due_at"]  # "remind me" without an offset: at the due time
 
@@ -185,11 +198,27 @@ async def test_priority_said_with_a_new_task_is_set(chat: Chat) -> None:
     assert (await chat.todo(1))["priority"] == "high"
 
 
-@pytest.mark.parametrize("message", ["add a task", "add", "remind me to"])
-async def test_add_without_a_title_asks_for_one_and_adds_nothing(chat: Chat, message: str) -> None:
+@pytest.mark.parametrize(
+    ("message", "question"),
+    [
+        ("add a task", "What should the task say?"),
+        ("add", "What should the task say?"),
+        ("add something for tomorrow", "What should the task say?"),
+        ("add something", "What should the task say?"),
+        ("remind me to", "What should I remind you about?"),
+        ("remind me sometime", "What should I remind you about?"),
+        ("remind me later", "What should I remind you about?"),
+        ("remind me about it sometime", "What should I remind you about?"),
+        ("remind me tomorrow", "What should I remind you about?"),
+        ("can you remind me of something later?", "What should I remind you about?"),
+    ],
+)
+async def test_add_without_a_title_asks_for_one_and_adds_nothing(
+    chat: Chat, message: str, question: str
+) -> None:
     reply = await chat.say(message)
 
-    assert reply.startswith("What should the task say?")
+    assert reply.startswith(question)
     assert await chat.todos() == []
 
 
@@ -251,7 +280,8 @@ async def test_empty_list_says_there_are_none_and_suggests_what_to_do(
 
 
 async def test_overdue_request_lists_only_pending_tasks_past_their_due_date(chat: Chat) -> None:
-    yesterday = (chat.today() - timedelta(days=1)).isoformat()
+    # Overdue is the database's today, not the stub's: the real clock.
+    yesterday = (datetime.now(chat.tools.tz).date() - timedelta(days=1)).isoformat()
     await chat.add("File taxes", due_at=yesterday)
     await chat.add("Renew passport")
 
@@ -521,6 +551,46 @@ async def test_move_command_sets_the_due_date_and_keeps_the_title(chat: Chat, me
     assert reply == f"Updated task 1: Buy groceries (due {tomorrow})."
     todo = await chat.todo(1)
     assert (todo["title"], todo["due_at"][:10]) == ("Buy groceries", tomorrow)
+
+
+@pytest.mark.parametrize(
+    ("message", "due", "remind"),
+    [
+        ("move the haircut to 5pm", "+2 17:00", "+2 16:30"),
+        ("make task 1 at 9", "+2 09:00", "+2 08:30"),
+        ("push the haircut to friday at 10am", "fri 10:00", "fri 09:30"),
+        ("postpone the haircut by a day", "+3 14:00", "+3 13:30"),
+    ],
+)
+async def test_a_moved_task_keeps_its_reminder_as_long_before_its_due_time(
+    chat: Chat, message: str, due: str, remind: str
+) -> None:
+    day = chat.today() + timedelta(days=2)
+    await chat.add("Haircut", due_at=f"{day}T14:00", remind_at=f"{day}T13:30")
+
+    await chat.say(message)
+
+    def local(spec: str) -> str:
+        when, _, at = spec.partition(" ")
+        friday = chat.today() + timedelta(days=(4 - chat.today().weekday()) % 7 or 7)
+        moved = friday if when == "fri" else chat.today() + timedelta(days=int(when))
+        return f"{moved}T{at}" if at else str(moved)
+
+    todo = await chat.todo(1)
+    assert (todo["due_at"][:16], todo["remind_at"][:16]) == (local(due)[:16], local(remind))
+
+
+async def test_a_reminder_that_a_move_would_put_in_the_past_is_at_the_due_time(
+    chat: Chat,
+) -> None:
+    today = chat.today()  # the stub's now is 10:30
+    await chat.add("Haircut", due_at=f"{today}T14:00", remind_at=f"{today}T13:00")
+
+    reply = await chat.say("move the haircut to 11am")
+
+    todo = await chat.todo(1)
+    assert (todo["due_at"][11:16], todo["remind_at"][11:16]) == ("11:00", "11:00")
+    assert "Its reminder is at the due time now: earlier would have passed." in reply
 
 
 @pytest.mark.parametrize(

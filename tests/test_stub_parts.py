@@ -45,6 +45,19 @@ NOW = datetime(2026, 11, 23, 10, 30)  # a Monday
         ("buy sun cream", "buy sun cream", None),
         ("call 555 1234", "call 555 1234", None),
         ("meet Ana at 5", "meet Ana", datetime(2026, 11, 23, 17, 0)),
+        # short weekday names; "wed", "sat", "sun", "mon" only with a time or "on", "by"...
+        ("call mum thurs", "call mum", date(2026, 11, 26)),
+        ("send the slides tues", "send the slides", date(2026, 11, 24)),
+        ("book the table fri", "book the table", date(2026, 11, 27)),
+        ("report due weds", "report", date(2026, 11, 25)),
+        ("standup wed at 9", "standup", datetime(2026, 11, 25, 9, 0)),
+        ("lunch sat", "lunch sat", None),
+        # misspelt weekdays, read as the day they are close to
+        ("call dad thrusday", "call dad", date(2026, 11, 26)),
+        ("clean the house saterday", "clean the house", date(2026, 11, 28)),
+        ("dentist on wensday at 3pm", "dentist", datetime(2026, 11, 25, 15, 0)),
+        ("buy a sundae", "buy a sundae", None),
+        ("call daisy", "call daisy", None),
     ],
 )
 def test_dates_are_read_and_taken_out_of_the_text(
@@ -82,6 +95,10 @@ def test_times_of_day_are_read_with_or_without_a_day(
     assert entities.take_date(text, NOW) == (rest, due)
 
 
+def test_a_day_of_the_year_said_on_that_day_is_today_not_next_year() -> None:
+    assert entities.take_date("dentist checkup on nov 23", NOW) == ("dentist checkup", NOW.date())
+
+
 @pytest.mark.parametrize("hour", range(1, 13))
 def test_a_bare_hour_means_the_same_for_a_repeating_task_and_a_one_off(hour: int) -> None:
     repeating = parse_repeat(f"every day at {hour}").at
@@ -108,6 +125,28 @@ def test_a_bare_hour_means_the_same_for_a_repeating_task_and_a_one_off(hour: int
             None,
         ),
         ("each of the kids needs shoes", "each of the kids needs shoes", None, None),
+        ("pay rent the second tuesday of each month", "pay rent", "FREQ=MONTHLY;BYDAY=2TU", None),
+        ("review budget every last monday", "review budget", "FREQ=MONTHLY;BYDAY=-1MO", None),
+        ("gym every tue at 7am", "gym", "FREQ=WEEKLY;BYDAY=TU", time(7)),
+        (
+            "standup every weekday at 9:30",
+            "standup",
+            "FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR",
+            time(9, 30),
+        ),
+        # misspelt repeat words and weekdays; words spelt right stay as they are
+        ("water the plants evrey wensday", "water the plants", "FREQ=WEEKLY;BYDAY=WE", None),
+        ("stretch evry day", "stretch", "FREQ=DAILY", None),
+        ("take vitamins dayly", "take vitamins", "FREQ=DAILY", None),
+        ("review the plan weekley", "review the plan", "FREQ=WEEKLY", None),
+        ("pay rent montly", "pay rent", "FREQ=MONTHLY", None),
+        ("gym every tuesdy", "gym", "FREQ=WEEKLY;BYDAY=TU", None),
+        ("swim evrey firday at 7", "swim", "FREQ=WEEKLY;BYDAY=FR", time(7)),
+        ("clean the house every saterday", "clean the house", "FREQ=WEEKLY;BYDAY=SA", None),
+        ("buy a sundae evry week", "buy a sundae", "FREQ=WEEKLY", None),
+        ("buy dairy every week", "buy dairy", "FREQ=WEEKLY", None),
+        ("tell everybody about the party", "tell everybody about the party", None, None),
+        ("call daisy", "call daisy", None, None),
     ],
 )
 def test_repeat_phrases_are_read_and_taken_out(

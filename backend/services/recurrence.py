@@ -301,7 +301,7 @@ _COUNT_WORDS = {
 }  # fmt: skip
 _ORDINAL_WORDS = {
     "first": 1, "1st": 1, "second": 2, "2nd": 2, "third": 3, "3rd": 3,
-    "fourth": 4, "4th": 4, "last": -1,
+    "fourth": 4, "4th": 4, "fifth": 5, "5th": 5, "last": -1,
 }  # fmt: skip
 _PARTS_OF_DAY = {"morning": time(9), "afternoon": time(15), "evening": time(18), "night": time(21)}
 _UNITS = {"day": "DAILY", "week": "WEEKLY", "month": "MONTHLY", "year": "YEARLY"}
@@ -320,6 +320,8 @@ _DAY_LIST = rf"{_DAY}(?:\s*(?:,|and|&|\+)\s*{_DAY})*"
 _MONTH = r"(?:{})".format("|".join(sorted(_MONTH_WORDS, key=len, reverse=True)))
 _MONTHDAY = r"(?:the\s+)?(\d{1,2})(?:st|nd|rd|th)?"
 _N = r"(\d{{1,3}}|{})".format("|".join(_COUNT_WORDS))
+_PLACE = r"({})".format("|".join(_ORDINAL_WORDS))  # a weekday's place in its month
+_OF_EVERY_MONTH = r"\s+(?:of\s+|in\s+)?(?:every|each)\s+month"
 _CLOCK = re.compile(
     r"^(?:(?P<h>\d{1,2})(?::(?P<m>\d{2}))?\s*(?P<ampm>am|pm|a\.m\.|p\.m\.)?|(?P<word>noon|midnight))$"
 )
@@ -333,12 +335,15 @@ _FORMS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^(?:every|each|on)\s+weekends?$|^weekends$"), "weekend"),
     (re.compile(rf"^(?:every|each)\s+(?:{_N}\s+)?(day|week|month|year)s?$"), "every_n"),
     (re.compile(rf"^(?:every|each|on)\s+({_DAY_LIST})$|^({_DAY}s)$"), "weekly_on"),
+    # "every third thursday", "the second tuesday of each month": a weekday's place in the month
+    (re.compile(rf"^(?:(?:every|each)\s+(?:month\s+on\s+)?|monthly\s+on\s+)(?:the\s+)?{_PLACE}\s+({_DAY})(?:\s+of\s+(?:the|every|each)\s+month)?$"), "nth_weekday"),
+    (re.compile(rf"^(?:on\s+)?(?:the\s+)?{_PLACE}\s+({_DAY}){_OF_EVERY_MONTH}$"), "nth_weekday"),
     (re.compile(rf"^(?:every|each)\s+{_N}\s+({_DAY})$"), "nth_week_on"),
     (re.compile(rf"^(?:(?:every|each)\s+(?:{_N}\s+)?weeks?|(weekly|biweekly|fortnightly))\s+on\s+({_DAY_LIST})$"), "weeks_on"),
     (re.compile(rf"^(?:(?:every|each)\s+(?:{_N}\s+)?months?|monthly)\s+on\s+{_MONTHDAY}$"), "monthday"),
-    (re.compile(rf"^(?:(?:every|each)\s+(?:{_N}\s+)?months?|monthly)\s+on\s+the\s+last\s+day$|^(?:on\s+)?the\s+last\s+day\s+of\s+(?:every|each|the)\s+month$"), "lastday"),
+    (re.compile(rf"^(?:(?:every|each)\s+(?:{_N}\s+)?months?|monthly)\s+on\s+the\s+last\s+day$|^(?:on\s+)?the\s+last\s+day\s+of\s+(?:every|each|the)\s+month$|^(?:on\s+|at\s+)?the\s+end\s+of\s+(?:every|each)\s+month$"), "lastday"),
     (re.compile(rf"^(?:on\s+)?{_MONTHDAY}\s+of\s+(?:every|each|the)\s+month$|^(?:every|each)\s+{_MONTHDAY}(?:\s+of\s+the\s+month)?$"), "monthday_plain"),
-    (re.compile(rf"^(?:(?:every|each)\s+(?:month\s+on\s+the\s+)?|monthly\s+on\s+the\s+|on\s+the\s+)(first|1st|second|2nd|third|3rd|fourth|4th|last)\s+({_DAY})(?:\s+of\s+(?:the|every|each)\s+month)?$"), "nth_weekday"),
+    (re.compile(rf"^on\s+the\s+{_PLACE}\s+({_DAY})(?:\s+of\s+the\s+month)?$"), "nth_weekday"),
     (re.compile(rf"^(?:(?:every|each)\s+year|yearly|annually)\s+on\s+({_MONTH})\.?\s+{_MONTHDAY}$|^(?:every|each)\s+({_MONTH})\.?\s+{_MONTHDAY}$"), "yearly_md"),
     (re.compile(rf"^(?:(?:every|each)\s+year|yearly|annually)\s+on\s+{_MONTHDAY}(?:\s+of)?\s+({_MONTH})$"), "yearly_dm"),
     (re.compile(r"^(weekly|biweekly|fortnightly|monthly|yearly|annually)$"), "adverb"),
@@ -349,7 +354,8 @@ _TIME_TAIL = re.compile(r"^(?P<head>.*?)\s*(?:,\s*)?\bat\s+(?P<clock>[\d:.apmnoi
 
 FORMS_HELP = (
     "every day, every weekday, every monday, every tuesday and thursday, every other week, "
-    "every 2 weeks on friday, monthly on the 1st, every last friday, every year on march 3, "
+    "every 2 weeks on friday, monthly on the 1st, every last friday, the second tuesday of "
+    "each month, every year on march 3, "
     "every morning at 8 (or an RRULE such as FREQ=WEEKLY;BYDAY=MO)"
 )
 
@@ -473,22 +479,30 @@ def parse_repeat(phrase: str) -> Repeat:
 
 
 _START = re.compile(
-    r"\b(every|each|daily|weekly|biweekly|fortnightly|monthly|yearly|annually|nightly|weekdays|on\s+(?:week\s*days|weekdays|weekends|(?:mon|tues|wednes|thurs|fri|satur|sun)days))\b"
+    r"\b(every|everyday|each|daily|weekly|biweekly|fortnightly|monthly|yearly|annually|nightly|weekdays|on\s+(?:week\s*days|weekdays|weekends|(?:mon|tues|wednes|thurs|fri|satur|sun)days))\b"
+)
+# Phrases that name the day first and say "every" after it: "the second tuesday of each
+# month", "on the 1st of every month", "the end of every month".
+_LEAD = re.compile(
+    r"\b(?:(?:on|at)\s+)?(?:the\s+)?(?:first|second|third|fourth|fifth|last|end|\d{1,2}(?:st|nd|rd|th))\b"
 )
 
 
 def find_repeat(text: str) -> tuple[Repeat, int, int] | None:
     """The longest repeat phrase in a sentence, with its span: "water the plants every
-    other thursday at 6pm" has one at 17..44. "every time I open the fridge" has none."""
+    other thursday at 6pm" has one at 17..44. "every time I open the fridge" has none, and
+    neither has "by the second tuesday" (one day: a repeat says "every" or the like)."""
     lowered = text.lower()
-    for start in _START.finditer(lowered):
-        ends = [m.start() for m in re.finditer(r"(?=[\s,.!?;]|$)", lowered[start.start() :])]
-        for end in sorted({start.start() + e for e in ends}, reverse=True):
-            candidate = lowered[start.start() : end]
-            if not candidate.strip():
+    starts = {m.start() for m in _START.finditer(lowered)}
+    starts |= {m.start() for m in _LEAD.finditer(lowered)}
+    for begin in sorted(starts):
+        ends = [m.start() for m in re.finditer(r"(?=[\s,.!?;]|$)", lowered[begin:])]
+        for end in sorted({begin + e for e in ends}, reverse=True):
+            candidate = lowered[begin:end]
+            if not candidate.strip() or not _START.search(candidate):
                 continue
             try:
-                return parse_repeat(candidate), start.start(), end
+                return parse_repeat(candidate), begin, end
             except RecurrenceError:
                 continue
     return None

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from dateparser.search import search_dates  # type: ignore[import-untyped]
+from rapidfuzz import fuzz, process
 
 from backend.models.task import Priority
 from backend.services.recurrence import Repeat, bare_hour, find_repeat
@@ -164,6 +165,55 @@ def reminder_before(text: str) -> timedelta | None:
     return _duration(match) if match else None
 
 
+# --- Misspelt time words ---------------------------------------------------------------
+
+# The closed vocabulary a misspelt word may be read as: weekdays and the words of repeats.
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_TIME_WORDS = (
+    *_WEEKDAYS, *(f"{day}s" for day in _WEEKDAYS), "every", "everyday", "daily", "weekly",
+    "monthly", "yearly", "weekdays", "weekends", "tomorrow",
+)  # fmt: skip
+# Words spelt right though close to one of them ("buy dairy", "a sundae", "call daisy").
+_NOT_MISSPELT = frozenset(
+    ["ever", "evert", "everybody", "dairy", "dally", "daisy", "weakly", "sundae", "sundaes",
+     "sundry", "frida", "week", "weeks", "weekday", "weekend", "weekender", "month",
+     "months", "year", "years", "days"]
+)  # fmt: skip
+_SIMILAR = 80  # rapidfuzz's ratio: "evrey" -> "every" is 80, "thrusday" -> "thursday" 87.5
+_WORD = re.compile(r"[a-z]{4,}", re.IGNORECASE)
+Read = TypeVar("Read")
+
+
+def respell(text: str) -> tuple[str, frozenset[str]]:
+    """`text` with each misspelt time word ("evrey wensday", "dayly", "saterday") spelt
+    right, and the words put right. A word is only read as one that starts with the same
+    letter and is close enough; words spelt right are kept."""
+    fixed: set[str] = set()
+
+    def one(match: re.Match[str]) -> str:
+        word = match.group().lower()
+        if word in _TIME_WORDS or word in _NOT_MISSPELT:
+            return match.group()
+        found = process.extractOne(word, _TIME_WORDS, scorer=fuzz.ratio, score_cutoff=_SIMILAR)
+        if found is None or found[0][0] != word[0]:
+            return match.group()
+        fixed.add(found[0])
+        return str(found[0])
+
+    return _WORD.sub(one, text), frozenset(fixed)
+
+
+def _respelt(read: Callable[[str], tuple[str, Read | None]], text: str) -> tuple[str, Read | None]:
+    """`read` of the text respelt, when every word put right is part of what it found
+    ("dentist on wensday at 3pm"); else `read(text)` as typed."""
+    fixed, words = respell(text)
+    if words:
+        rest, found = read(fixed)
+        if found is not None and not words & set(rest.lower().split()):
+            return rest, found
+    return read(text)
+
+
 # --- Times of day -----------------------------------------------------------------------
 
 
@@ -218,6 +268,16 @@ def take_time(text: str) -> tuple[str, time | None]:
         if (match := pattern.search(text)) and (at := read(match)) is not None:
             return _cut(text, match.start(), match.end()), at
     return text, None
+
+
+_HOUR_FIRST = _rx(
+    r"^(?P<h>\d{1,2})(?!\S)(?!\s+(?:days?|weeks?|months?|years?|hours?|hrs?|minutes?|mins?)\b)"
+)
+
+
+def hour_first(text: str) -> str:
+    """A bare hour where a task is moved to ("3 tomorrow", "5") as "at 3 tomorrow"."""
+    return _HOUR_FIRST.sub(r"at \g<h>", text)
 
 
 def time_only(text: str) -> time | None:
@@ -278,6 +338,12 @@ _REWRITES: tuple[tuple[re.Pattern[str], str], ...] = (
     (_rx(r"\b(?:the\s+)?end\s+of\s+(?:the\s+|this\s+)?week\b"), "friday"),
     (_rx(r"\b(?:tmrw|tmr|tomorow|tommorow|tommorrow|tomorrrow)\b"), "tomorrow"),
     (_rx(r"\btonite\b"), "tonight"),
+    # Short weekday names that are no other word; "mon", "wed", "sat", "sun" are read only
+    # after "on", "by", "next"... or with a time ("standup wed at 9").
+    (_rx(r"\btues?\b"), "tuesday"),
+    (_rx(r"\bweds\b"), "wednesday"),
+    (_rx(r"\bthu(?:rs?)?\b"), "thursday"),
+    (_rx(r"\bfri\b"), "friday"),
     (_rx(r"\bin\s+a\s+couple\s+(?:of\s+)?(days|weeks)\b"), r"in 2 \1"),
     (_rx(r"\bin\s+a\s+fortnight\b"), "in 2 weeks"),
 )
@@ -292,7 +358,7 @@ _PLAIN_DATE = _rx(
 )
 _WEAK_ALONE = _rx(r"(?:on\s+|by\s+|for\s+)?(?:may|march|second|now|day|week|month|year)")
 _BARE_NUMBER = _rx(r"(?:on |by |at |in )?\d+")
-_NEEDS_PREP = _rx(r"(?:mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun)")
+_NEEDS_PREP = _rx(r"(?:mon|wed|sat|sun)")
 _TIME_SAID = _rx(
     r"\d\s*(?:am|pm|a\.m|p\.m)\b|\d:\d\d|\b(?:morning|afternoon|evening|tonight|noon|midnight)\b"
 )
@@ -317,8 +383,11 @@ def warm_up() -> None:
 def _clean_due(phrase: str, found: datetime, now: datetime) -> Due:
     """A date, or a date-time when a time of day was said; never in the past."""
     today = now.date()
-    if found.date() < today and not re.search(r"\b\d{4}\b", phrase):
-        found = found.replace(year=found.year + 1) if found.month < today.month else found
+    if not re.search(r"\b\d{4}\b", phrase):
+        if found.date() < today and found.month < today.month:
+            found = found.replace(year=found.year + 1)
+        elif found.year == today.year + 1 and (found.month, found.day) == (today.month, today.day):
+            found = found.replace(year=today.year)  # "on dec 3", said on December 3: today
     if _TIME_SAID.search(phrase):
         return found.replace(second=0, microsecond=0)
     return found.date()
@@ -326,7 +395,12 @@ def _clean_due(phrase: str, found: datetime, now: datetime) -> Due:
 
 def take_date(text: str, now: datetime) -> tuple[str, Due | None]:
     """The due date said in `text` (in the user's local time `now`), with its time of day
-    when one was said, and the text without them. A time with no day is its next coming."""
+    when one was said, and the text without them. A time with no day is its next coming.
+    A misspelt day ("thrusday") is read as the day it is close to."""
+    return _respelt(lambda spelt: _take_date(spelt, now), text)
+
+
+def _take_date(text: str, now: datetime) -> tuple[str, Due | None]:
     if not text or len(text) > MAX_DATE_TEXT:
         return text, None
     if (match := _IN_HOURS.search(text)) and (ahead := _duration(match)) is not None:
@@ -365,7 +439,7 @@ def _take_day(text: str, now: datetime, *, timed: bool = False) -> tuple[str, Du
             continue  # "call 555 1234" has no date in it
         if _WEAK_ALONE.fullmatch(bare) or not _PLAIN_DATE.search(bare):
             continue
-        if _NEEDS_PREP.fullmatch(bare):  # a bare "sun" or "wed" ends titles, not dates
+        if _NEEDS_PREP.fullmatch(bare) and not timed:  # "buy sun cream", "get wed"
             continue
         start = lowered.find(phrase)
         if timed and (part := _PART_OF_DAY_FIRST.match(phrase)):
@@ -413,7 +487,9 @@ def shift(text: str) -> timedelta | None:
 
 def might_be_date(text: str) -> bool:
     """Cheap test before reading dates (which needs the user's local time)."""
-    return bool(_PLAIN_DATE.search(text)) or any(p.search(text) for p, _ in _REWRITES)
+    if _PLAIN_DATE.search(text) or any(p.search(text) for p, _ in _REWRITES):
+        return True
+    return len(text) <= MAX_DATE_TEXT and bool(respell(text)[1])
 
 
 def says_date(text: str) -> bool:
@@ -427,9 +503,19 @@ def says_date(text: str) -> bool:
 REPEAT_START = _rx(r"(?:every|each|daily|weekly|fortnightly|monthly|yearly|annually)\b")
 
 
+def starts_with_repeat(text: str) -> bool:
+    """Does `text` open with a repeat ("last monday of every month review budget")?"""
+    found = find_repeat(text) if len(text) <= MAX_DATE_TEXT else None
+    return found is not None and found[1] == 0
+
+
 def take_repeat(text: str) -> tuple[str, Repeat | None]:
     """A repeat phrase said in `text` ("every other thursday at 6pm"), read as the service
     reads it, and the text without it. "every time I open the fridge" says none."""
+    return _respelt(_take_repeat, text)
+
+
+def _take_repeat(text: str) -> tuple[str, Repeat | None]:
     found = find_repeat(text) if len(text) <= MAX_DATE_TEXT else None
     if found is None:
         return text, None

@@ -42,6 +42,12 @@ _TO_LIST = re.compile(
     r"(?P<name>[\w'&-]+(?:\s+[\w'&-]+){0,3}?)(?:\s+list)?",
     re.IGNORECASE,
 )
+# Words that say no task: "remind me sometime", "add something for tomorrow".
+_VAGUE = frozenset(
+    ["sometime", "sometimes", "some", "time", "later", "soon", "eventually", "something",
+     "anything", "stuff", "thing", "things", "smth", "sth", "it", "that", "this", "about",
+     "of", "a", "again"]
+)  # fmt: skip
 _RANK = {"high": 0, "medium": 1, "low": 2}
 _URGENT_SHOWN = 3
 
@@ -100,11 +106,23 @@ def _repeat_due(
 REMIND_HOUR = time(9)
 
 
+def _anchor(due: entities.Due) -> datetime:
+    """The time a reminder is counted back from: the due time, or that morning."""
+    return due if isinstance(due, datetime) else datetime.combine(due, REMIND_HOUR)
+
+
 def _remind_at(due: entities.Due, before: timedelta, now: datetime) -> datetime | None:
     """The reminder `before` a due time, unless that has passed."""
-    anchor = due if isinstance(due, datetime) else datetime.combine(due, REMIND_HOUR)
-    at = anchor - before
+    at = _anchor(due) - before
     return at if at > now.replace(tzinfo=None) else None
+
+
+def _reminder_offset(todo_: Mapping[str, Any]) -> timedelta | None:
+    """How long before its due time a task's reminder is, if it has both."""
+    due, remind = _due_of(todo_), todo_.get("remind_at")
+    if due is None or not isinstance(remind, str):
+        return None
+    return _anchor(due) - datetime.fromisoformat(remind).replace(tzinfo=None)
 
 
 class Executor:
@@ -207,8 +225,8 @@ class Executor:
                     if (into := await self.list_named(tag)) is not None:
                         said = replace(said, tags=tuple(t for t in said.tags if t != tag))
                         break
-            if not said.title:
-                return f"What should the task say? For example: {replies.ADD_EXAMPLE}."
+            if _VAGUE.issuperset(said.title.lower().split()):  # none, or only filler
+                return replies.ASK_REMIND_WHAT if command.remind else replies.ASK_WHAT
             arguments: dict[str, Any] = {"title": said.title, **_fields(said)}
             if into is not None:
                 arguments["list"] = str(into.get("id"))
@@ -301,6 +319,7 @@ class Executor:
     async def update(self, command: UpdateTask) -> str:
         changes: dict[str, Any] = {}
         target = None
+        note = ""
         if command.field == "priority":
             level = entities.priority_in(command.value) or (
                 command.value.lower() if command.value.lower() in _RANK else None
@@ -309,18 +328,29 @@ class Executor:
                 return 'Priority can be high, medium or low, as in "Set task 2 to high priority".'
             changes["priority"] = level
         elif command.field == "due":
-            if (by := entities.shift(command.value)) is not None:
-                target = await self._resolver.find(command.ref, resolver.UPDATE, look_up=True)
-                changes["due_at"] = _shifted(target.todo, by, (await self.now()).date())
-            elif (at := entities.time_only(command.value)) is not None:
-                # "move it to 9am": the same day, at that time
-                target = await self._resolver.find(command.ref, resolver.UPDATE, look_up=True)
-                changes["due_at"] = _at(target.todo, at, await self.now())
+            now = await self.now()
+            by, at = entities.shift(command.value), entities.time_only(command.value)
+            rest, due = entities.take_date(command.value, now)
+            if by is None and at is None and (due is None or rest.strip(" ,;:-")):
+                return 'When is it due? For example: "Move task 2 to Friday".'
+            target = await self._resolver.find(command.ref, resolver.UPDATE, look_up=True)
+            if by is not None:
+                changes["due_at"] = _shifted(target.todo, by, now.date())
+            elif at is not None:
+                changes["due_at"] = _at(target.todo, at, now)  # "move it to 9am": that day
             else:
-                rest, due = entities.take_date(command.value, await self.now())
-                if due is None or rest.strip(" ,;:-"):
-                    return 'When is it due? For example: "Move task 2 to Friday".'
+                assert due is not None
                 changes["due_at"] = _due_value(due)
+            # A reminder keeps its place before the due time, as a repeat's next one does;
+            # where that has passed, it is at the due time (the tools cannot clear one).
+            if (offset := _reminder_offset(target.todo or {})) is not None:
+                new_due = _read_due(changes["due_at"])
+                kept = _remind_at(new_due, offset, now)
+                remind = kept or _remind_at(new_due, timedelta(0), now)
+                if remind is not None:
+                    changes["remind_at"] = remind.isoformat(timespec="minutes")
+                if kept is None and remind is not None:
+                    note = " Its reminder is at the due time now: earlier would have passed."
         elif command.field == "remind":
             target = await self._resolver.find(command.ref, resolver.UPDATE, look_up=True)
             before = entities.reminder_before(command.value) or timedelta(0)
@@ -363,7 +393,10 @@ class Executor:
         changed = todo(result)
         extras = replies.extras(changed)
         stopped = " It no longer repeats." if changes.get("repeat") == "never" else ""
-        return f"Updated task {changed.get('number')}: {replies.title(changed)}{extras}.{stopped}"
+        return (
+            f"Updated task {changed.get('number')}: {replies.title(changed)}{extras}.{stopped}"
+            f"{note}"
+        )
 
     async def undo(self) -> str:
         """Take back the last turn of this conversation that changed tasks (the service's
@@ -461,14 +494,16 @@ def _on_schedule(todo_: ToolResult | None, phrase: str, tz: ZoneInfo, now: datet
     """ "make it every wednesday": a task due on a day the new rule skips moves to the
     rule's next day (at the phrase's time, if it names one); None when it may stay. A task
     that already repeats starts over by the new rule, from today: "every tuesday", then
-    "actually make it every wednesday" on a Wednesday is due today, not in a week."""
-    due = (todo_ or {}).get("due_at")
-    if not isinstance(due, str):
-        return None
+    "actually make it every wednesday" on a Wednesday is due today, not in a week. A task
+    with no due day gets the rule's first, from the same today as a new task."""
     try:
         repeat = recurrence.parse_repeat(phrase)
     except RecurrenceError:
         return None  # the tool says which phrases it reads
+    due = (todo_ or {}).get("due_at")
+    if not isinstance(due, str):
+        start = _repeat_due(repeat, None, now, tz)
+        return None if start is None else _due_value(start)
     due_at = datetime.fromisoformat(due).astimezone(tz)
     if repeat.at is not None:
         due_at = datetime.combine(due_at.date(), repeat.at, tzinfo=tz)
@@ -482,6 +517,11 @@ def _on_schedule(todo_: ToolResult | None, phrase: str, tz: ZoneInfo, now: datet
     if moved.time() >= time(23, 59):  # a day, not a time
         return moved.date().isoformat()
     return moved.replace(tzinfo=None).isoformat(timespec="minutes")
+
+
+def _read_due(value: str) -> entities.Due:
+    """A due value as the stub sends it: a day ("2026-12-03") or a local time."""
+    return date.fromisoformat(value) if len(value) == 10 else datetime.fromisoformat(value)
 
 
 def _due_of(todo_: Mapping[str, Any]) -> entities.Due | None:
@@ -506,8 +546,13 @@ def _urgency(todo_: Mapping[str, Any], today: date) -> tuple[bool, date, int, in
 
 
 def _shifted(todo_: ToolResult | None, by: timedelta, today: date) -> str:
-    due = _due_date(todo_ or {})
-    return ((due if due and due >= today else today) + by).isoformat()
+    """A task's due day (or time: it keeps its time of day) `by` later, from today if it
+    is overdue or has none."""
+    due = _due_of(todo_ or {}) or today
+    if isinstance(due, datetime):
+        day = max(due.date(), today)
+        return _due_value(datetime.combine(day + by, due.time()))
+    return (max(due, today) + by).isoformat()
 
 
 def _at(todo_: ToolResult | None, at: time, now: datetime) -> str:

@@ -22,6 +22,8 @@ HELP = (
     '- "Plan the move: pack, book a van, clean" or "What are the steps for the move?"'
 )
 ADD_EXAMPLE = '"Add a task to buy milk"'
+ASK_WHAT = f"What should the task say? For example: {ADD_EXAMPLE}."
+ASK_REMIND_WHAT = 'What should I remind you about? For example: "Remind me to call mom at 5".'
 SHOW_HINT = 'Say "Show my tasks" to see them with their numbers.'
 PLAN_NEEDS_MODEL = (
     "Suggesting steps needs the AI model, which isn't available right now. Tell me the steps "

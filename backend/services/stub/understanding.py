@@ -353,6 +353,8 @@ _SHOW_STEPS = _rx(
 _MAKE_IT = _rx(
     r"(?:make|call|change|turn) (?P<ref>it|that|this|that one|this one) (?:to |into )?(?P<new>.+)"
 )
+# "make task 2 at 9:30", "put it on friday": a task named plainly, and when it is due now.
+_MAKE_AT = _rx(r"(?:make|have|put|schedule) (?P<ref>.+?) (?P<new>(?:at|for|on|by) .+)")
 # "remind me about the dentist an hour before", "remind me 30 minutes before",
 # "remind me an hour before the dentist": a reminder for a task that has a due time.
 _REMIND_BEFORE = (
@@ -589,6 +591,8 @@ def _date_first(text: str) -> list[Command]:
     words = text.split(" ")
     if len(words) < 2 or not entities.might_be_date(" ".join(words[:2])):
         return []
+    if entities.starts_with_repeat(text):  # "last monday of every month ...": no one day
+        return []
     for size in range(min(4, len(words) - 1), 0, -1):  # the longest date wins
         when = " ".join(words[:size]).rstrip(":,-")
         if not entities.is_date(when):
@@ -792,6 +796,13 @@ def _can_wait(match: re.Match[str]) -> Command | None:
     return None if ref is None else UpdateTask(ref, "priority", "low")
 
 
+def _make_at(match: re.Match[str]) -> Command | None:
+    ref = match["ref"]
+    if explicit_id(ref) is None and ref.lower() not in ("it", "that", "this"):
+        return None  # "make dinner at 7", "put milk on the list": no task named
+    return UpdateTask(ref, "due", match["new"]) if entities.is_date(match["new"]) else None
+
+
 def _remind_before(match: re.Match[str]) -> Command | None:
     ref = match["ref"] or "it"
     before = match["before"]
@@ -837,6 +848,7 @@ _VERB_RULES: list[tuple[re.Pattern[str], Rule]] = [
     *((pattern, _repeat) for pattern in _REPEAT),
     *((pattern, _remind_before) for pattern in _REMIND_BEFORE),
     (_MAKE_IT, _make_it),
+    (_MAKE_AT, _make_at),
     *((pattern, _set_completed(False)) for pattern in _REOPEN),
     *((pattern, _set_completed(True)) for pattern in _COMPLETE),
     (_DONE_WITH, _set_completed(True)),
@@ -872,7 +884,9 @@ def _update(verb: str, ref: str, new: str) -> Command:
     if verb in _RENAME_VERBS:
         field = "title"
     elif verb in _MOVE_VERBS and field in (None, "due"):
-        # "move task 3 to friday" is a date; "move task 3 to work", a list (if there is one).
+        # "move task 3 to friday" is a date; "move task 3 to work", a list (if there is one);
+        # "push the dentist to 3 tomorrow", an hour.
+        new = entities.hour_first(new)
         field = "due" if entities.is_date(new) or entities.shift(new) is not None else "list"
     if field is None:
         if entities.is_date(new):

@@ -83,7 +83,8 @@ _HISTORY = """
 # Into the user's Inbox; the database numbers it (migration 0007's trigger), read after.
 _ADD_TODO = """
     INSERT INTO tasks (id, list_id, created_by, title, created_at, updated_at)
-    SELECT $1, l.id, $2, $3, now(), now() FROM lists AS l WHERE l.owner_id = $2 AND l.inbox
+    SELECT $1, l.id, $2::text, $3, now(), now() FROM lists AS l
+    WHERE l.owner_id = $2::text AND l.inbox
 """
 _NUMBER = "SELECT number FROM task_numbers WHERE task_id = $1 AND user_id = $2"
 _FINISH = """

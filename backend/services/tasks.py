@@ -46,7 +46,6 @@ from backend.errors import (
 )
 from backend.models.list import ListMember, TaskNumber
 from backend.models.task import (
-    StatusFilter,
     Task,
     TaskChanged,
     TaskCreate,
@@ -412,18 +411,22 @@ _NARROWING = {"q", "priority", "tag", "due", "parent", "list", "assignee"}
 _UTC = ZoneInfo("UTC")  # no due-day filter in a walk: the zone is never read
 
 
+_PAGING = {"limit", "offset"}
+
+
 @functools.cache
-def _walk(status: StatusFilter, top_level: bool) -> Any:
+def _walk(shape: tuple[tuple[str, Any], ...]) -> Any:
     """The page of a reader's tasks when most of them match (all, pending or done): walked
     in the reader's number order (their task_numbers index), each task by its key, until the
     page is full. The walk is kept from being flattened into a join (OFFSET 0): the planner,
     which cannot see through row-level security how many tasks each of the reader's lists
     holds, would rather read them all and sort them.
 
-    Built once per shape, the reader a bound parameter (`reader`): building it, the lateral
-    subquery's columns adapted to the steps' counts, cost 4 ms of each request."""
+    Built once per shape (every filter but the paging, so no filter is left out of the
+    key), the reader a bound parameter (`reader`): building it, the lateral subquery's
+    columns adapted to the steps' counts, cost 4 ms of each request."""
     reader: Any = bindparam("reader", type_=String)
-    conditions = _conditions(reader, TaskFilters(status=status, top_level=top_level), _UTC)
+    conditions = _conditions(reader, TaskFilters(**dict(shape)), _UTC)
     reached = (
         select(Task)
         .where(col(Task.id) == col(TaskNumber.task_id), *conditions)
@@ -449,7 +452,7 @@ async def list_tasks(
     params: dict[str, Any] = {}
     page: Any
     if not narrowed:
-        page = _walk(filters.status, filters.top_level)
+        page = _walk(tuple(filters.model_dump(exclude=_PAGING).items()))
         params = {"reader": user}
     else:  # fewer match (a search, a list, a due date...): read them, then sort them
         page = select(Task, col(TaskNumber.number), *_progress()).join(

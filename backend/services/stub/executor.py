@@ -330,9 +330,11 @@ class Executor:
         elif command.field == "due":
             now = await self.now()
             by, at = entities.shift(command.value), entities.time_only(command.value)
-            rest, due = entities.take_date(command.value, now)
-            if by is None and at is None and (due is None or rest.strip(" ,;:-")):
-                return 'When is it due? For example: "Move task 2 to Friday".'
+            due = None
+            if by is None and at is None:  # a day (read only then: dateparser is the dear one)
+                rest, due = entities.take_date(command.value, now)
+                if due is None or rest.strip(" ,;:-"):
+                    return 'When is it due? For example: "Move task 2 to Friday".'
             target = await self._resolver.find(command.ref, resolver.UPDATE, look_up=True)
             if by is not None:
                 changes["due_at"] = _shifted(target.todo, by, now.date())

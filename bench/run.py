@@ -233,8 +233,9 @@ class Bench:
                         )
         return cells
 
-    def measure(self, server: Server, concurrency: int) -> "_Run":
-        """One run of `concurrency` clients, each its own user starting its own session."""
+    def measure(self, server: Server, concurrency: int, seeder: Seeder | None = None) -> "_Run":
+        """One run of `concurrency` clients, each its own user starting its own session;
+        `seeder` reaches the server's database when it is not the bench's."""
         users = [f"{server.name}-{i}" for i in range(concurrency)]
         workload = Workload(
             base_url=server.url,
@@ -251,7 +252,7 @@ class Bench:
         db, busy, mine = postgres_cpu(), machine_busy_seconds(), time.process_time()
         began = time.monotonic()
         outcome = self.drive(workload)
-        db_cpu = database_cpu_since(self.seeder, db)
+        db_cpu = database_cpu_since(seeder or self.seeder, db)
         # What this bench ran: the servers, their database backends, the generator and this
         # process (the fake model's thread). The rest of the machine's CPU is other work.
         ours = (

@@ -1,19 +1,23 @@
-"""The service at an earlier commit against the service now, with the raw floor, in one run.
+"""The service at earlier commits against the service now, with the raw floor, in one run.
 
-    python -m bench.versus REV [--rounds 2]
+    python -m bench.versus REV [REV ...] [--rounds 2]
 
-Runs `todo-agent serve` twice, once on REV's `backend/` (exported with `git archive` into a
+Runs `todo-agent serve` once on each REV's `backend/` (exported with `git archive` into a
 temporary directory put first on PYTHONPATH, with this checkout's installed packages) and
 once on this checkout, plus the raw floor, at c=64 with the 0 ms model and no-tool turns;
-rounds alternate the order (before, after, raw floor, then the reverse). REV's service has
-a database of its own beside the bench's (`<name>_before`, emptied; it migrates it itself
-to REV's head), since the bench's is migrated to this checkout's. Prints throughput,
-server CPU per turn, the database connections opened during each run and the other load on
-the machine. Same database rule as `python -m bench` (BENCH_DATABASE_URL).
+rounds alternate the order (the REVs, this checkout, the raw floor, then the reverse). Each
+REV's service has a database of its own beside the bench's (`<name>_before`, `<name>_before2`
+..., emptied; it migrates it itself to REV's head), since the bench's is migrated to this
+checkout's. Prints, per run, throughput, the server's and its database backends' CPU per
+turn, the database connections opened and the other load on the machine; then, per server,
+the median throughput and its ratio to the raw floor's median, and each step's change of
+that ratio (two REVs in order measure what the commits between them cost, apart from what
+came after). Same database rule as `python -m bench` (BENCH_DATABASE_URL).
 """
 
 import argparse
 import asyncio
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -60,41 +64,65 @@ def own_database(url: str, suffix: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.versus", description=__doc__)
-    parser.add_argument("rev", help="the commit to compare with (e.g. main)")
+    parser.add_argument("revs", nargs="+", metavar="rev", help="a commit to compare with")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
     with ExitStack() as stack:
-        earlier = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-versus-")))
-        export(args.rev, earlier)
         bench = setup(stack, plan=PLAN, workers=1)
-        before_url = own_database(bench.service.env["DATABASE_URL"], "_before")
-        before = stack.enter_context(
-            Server(
-                "before",
-                [str(BIN / "todo-agent"), "serve"],
-                {**bench.service.env, "PYTHONPATH": str(earlier), "DATABASE_URL": before_url},
-                earlier / "service.log",
+        seeders: dict[int, Seeder] = {}
+        names: dict[int, str] = {}
+        servers: list[Server] = []
+        for index, rev in enumerate(args.revs):
+            name = "before" if index == 0 else f"before{index + 1}"
+            earlier = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-versus-")))
+            export(rev, earlier)
+            url = own_database(bench.service.env["DATABASE_URL"], f"_{name}")
+            server = stack.enter_context(
+                Server(
+                    name,
+                    [str(BIN / "todo-agent"), "serve"],
+                    {**bench.service.env, "PYTHONPATH": str(earlier), "DATABASE_URL": url},
+                    earlier / "service.log",
+                )
             )
-        )
-        seeders = {id(before): Seeder(before_url)}
-        names = {id(before): "before", id(bench.service): "after", id(bench.raw_floor): "raw"}
-        servers = [before, bench.service, bench.raw_floor]
+            seeders[id(server)], names[id(server)] = Seeder(url), rev
+            servers.append(server)
+        names[id(bench.service)], names[id(bench.raw_floor)] = "now", "raw"
+        servers += [bench.service, bench.raw_floor]
+        width = max(len(name) for name in names.values())
+        throughputs: dict[int, list[float]] = {id(server): [] for server in servers}
         for round_ in range(args.rounds):
             for server in servers if round_ % 2 == 0 else servers[::-1]:
                 bench.model(0, NO_TOOL)
                 seeder = seeders.get(id(server), bench.seeder)
                 opened = seeder.connections_opened()
-                run = bench.measure(server, 64)
+                run = bench.measure(server, 64, seeder)
                 opened = seeder.connections_opened() - opened
                 turns = max(1, sum(1 for s in run.outcome.samples if s.ok))
                 other = max(0.0, run.busy_s - run.ours_s) / run.elapsed_s
+                throughputs[id(server)].append(run.outcome.throughput)
                 print(
-                    f"{names[id(server)]:6} {run.outcome.throughput:7.1f} turns/s  "
+                    f"{names[id(server)]:{width}} {run.outcome.throughput:7.1f} turns/s  "
                     f"{1000 * run.server_cpu_s / turns:5.2f} CPU ms/turn  "
+                    f"database {1000 * (run.db_cpu_s or 0.0) / turns:5.2f} ms/turn  "
                     f"{opened:3} connections opened  other load {other:.2f} cores"
                     + (f"  errors {run.outcome.errors}" if run.outcome.errors else ""),
                     flush=True,
                 )
+        raw = statistics.median(throughputs[id(bench.raw_floor)])
+        previous = None
+        for server in servers[:-1]:
+            ratio = statistics.median(throughputs[id(server)]) / raw
+            step = (
+                ""
+                if previous is None
+                else f"  {100 * (ratio / previous - 1):+.1f}% on the one before"
+            )
+            print(
+                f"{names[id(server)]:{width}} median {ratio * raw:7.1f} turns/s, "
+                f"{ratio:.2f} of the raw floor's {raw:.1f}{step}"
+            )
+            previous = ratio
     return 0
 
 

@@ -621,6 +621,20 @@ CASES: list[Case] = [
         due="first@09:30",
     ),
     _every("stretch every morning at 7", "Stretch", "FREQ=DAILY", due="first@07:00"),
+    # a span of days: "mon-fri", "every monday to wednesday"
+    _every(
+        "add standup mon-fri at 9:30",
+        "Standup",
+        "FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR",
+        due="first@09:30",
+    ),
+    _every(
+        "gym every monday to wednesday at 7am",
+        "Gym",
+        "FREQ=WEEKLY;BYDAY=MO,TU,WE",
+        due="first@07:00",
+    ),
+    _every("add water the plants tue\u2013thu", "Water the plants", "FREQ=WEEKLY;BYDAY=TU,WE,TH"),
     _every("add call grandma every sunday", "Call grandma", "FREQ=WEEKLY;BYDAY=SU"),
     _every("add book club every last friday", "Book club", "FREQ=MONTHLY;BYDAY=-1FR"),
     _every(

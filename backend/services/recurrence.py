@@ -335,6 +335,8 @@ _FORMS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^(?:every|each|on)\s+weekends?$|^weekends$"), "weekend"),
     (re.compile(rf"^(?:every|each)\s+(?:{_N}\s+)?(day|week|month|year)s?$"), "every_n"),
     (re.compile(rf"^(?:every|each|on)\s+({_DAY_LIST})$|^({_DAY}s)$"), "weekly_on"),
+    # "every monday to friday", "mon-fri", "tuesday through thursday": each day of the span
+    (re.compile(rf"^(?:(?:every|each|on)\s+)?({_DAY})\s*(?:-|\u2013|to|through|thru|till|until)\s*({_DAY})$"), "day_range"),
     # "every third thursday", "the second tuesday of each month": a weekday's place in the month
     (re.compile(rf"^(?:(?:every|each)\s+(?:month\s+on\s+)?|monthly\s+on\s+)(?:the\s+)?{_PLACE}\s+({_DAY})(?:\s+of\s+(?:the|every|each)\s+month)?$"), "nth_weekday"),
     (re.compile(rf"^(?:on\s+)?(?:the\s+)?{_PLACE}\s+({_DAY}){_OF_EVERY_MONTH}$"), "nth_weekday"),
@@ -353,7 +355,7 @@ _FORMS: list[tuple[re.Pattern[str], str]] = [
 _TIME_TAIL = re.compile(r"^(?P<head>.*?)\s*(?:,\s*)?\bat\s+(?P<clock>[\d:.apmnoidgh ]+)$")
 
 FORMS_HELP = (
-    "every day, every weekday, every monday, every tuesday and thursday, every other week, "
+    "every day, every weekday, every monday, every tuesday and thursday, mon-fri, every other week, "
     "every 2 weeks on friday, monthly on the 1st, every last friday, the second tuesday of "
     "each month, every year on march 3, "
     "every morning at 8 (or an RRULE such as FREQ=WEEKLY;BYDAY=MO)"
@@ -421,6 +423,13 @@ def _rule(form: str, groups: tuple[str | None, ...]) -> tuple[str, str | None]:
             return f"FREQ={unit}" + (f";INTERVAL={n}" if n > 1 else ""), None
         case "weekly_on":
             return f"FREQ=WEEKLY;BYDAY={_days(g[0] or g[1] or '')}", None
+        case "day_range":
+            first, last = (_DAYS.index(_days(day or "")) for day in g[:2])
+            span = (last - first) % 7 + 1
+            return (
+                f"FREQ=WEEKLY;BYDAY={','.join(_DAYS[(first + i) % 7] for i in range(span))}",
+                None,
+            )
         case "nth_week_on":
             return f"FREQ=WEEKLY;INTERVAL={_count(g[0])};BYDAY={_days(g[1] or '')}", None
         case "weeks_on":
@@ -480,6 +489,8 @@ def parse_repeat(phrase: str) -> Repeat:
 
 _START = re.compile(
     r"\b(every|everyday|each|daily|weekly|biweekly|fortnightly|monthly|yearly|annually|nightly|weekdays|on\s+(?:week\s*days|weekdays|weekends|(?:mon|tues|wednes|thurs|fri|satur|sun)days))\b"
+    # a span of days joined by a dash is a repeat by itself: "standup mon-fri at 9:30"
+    rf"|\b{_DAY}\s*[-\u2013]\s*{_DAY}\b"
 )
 # Phrases that name the day first and say "every" after it: "the second tuesday of each
 # month", "on the 1st of every month", "the end of every month".

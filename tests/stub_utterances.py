@@ -634,7 +634,9 @@ CASES: list[Case] = [
         "FREQ=WEEKLY;BYDAY=MO,TU,WE",
         due="first@07:00",
     ),
-    _every("add water the plants tue\u2013thu", "Water the plants", "FREQ=WEEKLY;BYDAY=TU,WE,TH"),
+    _every(
+        "add water the plants every tue\u2013thu", "Water the plants", "FREQ=WEEKLY;BYDAY=TU,WE,TH"
+    ),
     _every("add call grandma every sunday", "Call grandma", "FREQ=WEEKLY;BYDAY=SU"),
     _every("add book club every last friday", "Book club", "FREQ=MONTHLY;BYDAY=-1FR"),
     _every(

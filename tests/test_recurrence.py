@@ -167,6 +167,24 @@ def test_a_schedule_inside_a_sentence_is_found_and_a_figure_of_speech_is_not() -
 
 
 @pytest.mark.parametrize(
+    ("sentence", "rule"),
+    [
+        ("standup mon-fri at 9:30", "FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR"),
+        ("standup Monday\u2013Friday", "FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR"),
+        ("water the plants every tue-thu", "FREQ=WEEKLY;BYDAY=TU,WE,TH"),
+        ("trip thu-sun", None),
+        ("camping sat-sun", None),
+        ("off monday to friday", None),
+    ],
+)
+def test_a_span_of_days_repeats_with_every_or_as_the_working_week(
+    sentence: str, rule: str | None
+) -> None:
+    found = recurrence.find_repeat(sentence)
+    assert (found and found[0].rule) == rule
+
+
+@pytest.mark.parametrize(
     ("rule", "text"),
     [
         ("FREQ=WEEKLY;BYDAY=MO", "every Monday"),

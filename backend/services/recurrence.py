@@ -489,8 +489,9 @@ def parse_repeat(phrase: str) -> Repeat:
 
 _START = re.compile(
     r"\b(every|everyday|each|daily|weekly|biweekly|fortnightly|monthly|yearly|annually|nightly|weekdays|on\s+(?:week\s*days|weekdays|weekends|(?:mon|tues|wednes|thurs|fri|satur|sun)days))\b"
-    # a span of days joined by a dash is a repeat by itself: "standup mon-fri at 9:30"
-    rf"|\b{_DAY}\s*[-\u2013]\s*{_DAY}\b"
+    # the working week with a dash is a repeat by itself ("standup mon-fri at 9:30"); other
+    # spans need "every" ("trip thu-sun" is one stretch of days)
+    r"|\bmon(?:day)?\s*[-\u2013]\s*fri(?:day)?\b"
 )
 # Phrases that name the day first and say "every" after it: "the second tuesday of each
 # month", "on the 1st of every month", "the end of every month".

@@ -654,7 +654,9 @@ function keepFocus(list) {
 }
 
 let tasksRequest = 0;
-async function refreshTasks() {
+let drawnTasks = null; // what the task list was last drawn from
+const minute = () => Math.floor(Date.now() / 60000);
+async function refreshTasks({ live = false } = {}) {
   if (!state.api) return;
   const ticket = ++tasksRequest; // only the latest answer is drawn
   const filter = $("#task-filter").value;
@@ -666,6 +668,16 @@ async function refreshTasks() {
     await state.listsReady; // each task's controls follow the user's role in its list
     if (ticket !== tasksRequest) return;
     const list = $("#task-list");
+    // A live refresh (the event stream) that finds the list as it is drawn leaves it alone:
+    // redrawing would take a step's checkbox away from under a key being pressed while the
+    // steps are fetched again. The minute is in it, so "overdue" and "today" still move on.
+    // The person's own actions always redraw (a refused change puts its checkbox back).
+    const drawing = JSON.stringify([filter, state.listId, [...state.expanded], state.lists, page, minute()]);
+    if (live && drawing === drawnTasks && list.childElementCount) {
+      focusPending(list);
+      return;
+    }
+    drawnTasks = drawing;
     keepFocus(list); // a redraw from elsewhere (the event stream) keeps the keyboard's place
     list.replaceChildren(...page.data.map((task) => (trash ? trashItem(task) : taskItem(task))));
     if (!page.data.length) {
@@ -1389,7 +1401,7 @@ function refreshSoon() {
   clearTimeout(refreshTimer);
   refreshTimer = setTimeout(() => {
     refreshLists(); // pending counts, roles, members
-    refreshTasks();
+    refreshTasks({ live: true });
   }, 150);
 }
 

@@ -515,6 +515,15 @@ class FakeOpenAI:
                 )
             return list(self._requests)
 
+    def wait_finished(self, record: RecordedRequest, timeout: float = 5.0) -> float:
+        """Block until `record`'s response is complete: noted once its last write has
+        drained, which may be a moment after the client has read it and returned."""
+        with self._lock:
+            if not self._lock.wait_for(lambda: record.finished_at is not None, timeout):
+                raise TimeoutError(f"FakeOpenAI: {record.path} not finished in {timeout} s")
+            assert record.finished_at is not None
+            return record.finished_at
+
     # ---------------------------------------------------------------- event loop side
 
     @staticmethod
@@ -606,7 +615,9 @@ class FakeOpenAI:
         try:
             return await self._play(step, record, reader, writer, keep_alive)
         finally:
-            record.finished_at = time.monotonic()
+            with self._lock:
+                record.finished_at = time.monotonic()
+                self._lock.notify_all()
 
     async def _play(
         self,

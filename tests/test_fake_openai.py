@@ -6,7 +6,6 @@ exactly what the agent code will see in its own tests.
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -443,11 +442,7 @@ async def test_requests_are_recorded(fake: FakeOpenAI, sdk: AsyncOpenAI) -> None
     assert fake.last_messages() == MESSAGES
     assert fake.last_request is second
     assert second.first_byte_at is not None
-    # The server notes the end once its last write has drained, which may be a moment after
-    # the client has read [DONE] and returned.
-    deadline = time.monotonic() + 5
-    while second.finished_at is None and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
+    fake.wait_finished(second)  # noted a moment after the client has read [DONE]
     assert second.finished_at is not None
 
     fake.script("left over")

@@ -672,11 +672,9 @@ async function refreshTasks({ live = false } = {}) {
     // redrawing would take a step's checkbox away from under a key being pressed while the
     // steps are fetched again. The minute is in it, so "overdue" and "today" still move on.
     // The person's own actions always redraw (a refused change puts its checkbox back).
-    const drawing = JSON.stringify([filter, state.listId, [...state.expanded], state.lists, page, minute()]);
-    if (live && drawing === drawnTasks && list.childElementCount) {
-      focusPending(list);
-      return;
-    }
+    const drawing = JSON.stringify([filter, state.listId, [...state.expanded], listsSignature(), page, minute()]);
+    // Nothing redrawn took the focus away: a pending refocus is for the redraw to come.
+    if (live && drawing === drawnTasks && list.childElementCount) return;
     drawnTasks = drawing;
     keepFocus(list); // a redraw from elsewhere (the event stream) keeps the keyboard's place
     list.replaceChildren(...page.data.map((task) => (trash ? trashItem(task) : taskItem(task))));

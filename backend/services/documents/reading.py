@@ -133,7 +133,7 @@ def _html(source: str) -> tuple[str, str | None]:
     line: list[str] = []
 
     def flush(prefix: str = "") -> None:
-        joined = " ".join(" ".join(line).split())
+        joined = " ".join("".join(line).split())
         line.clear()
         if not joined:
             return
@@ -155,6 +155,8 @@ def _html(source: str) -> tuple[str, str | None]:
                 flush("- ")
             elif tag in _BLOCKS:
                 flush()
+            elif tag in ("td", "th"):
+                line.append(" ")  # cells of a row, apart
             if leaving.tail:
                 line.append(leaving.tail)
             continue

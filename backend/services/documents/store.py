@@ -219,8 +219,8 @@ async def _public(db: AsyncSession, document_id: uuid.UUID) -> DocumentPublic:
 
 
 async def _found(db: AsyncSession, document_id: uuid.UUID) -> Document:
-    """A document the acting user reads (row-level security), locked for the change."""
-    statement = select(Document).where(col(Document.id) == document_id).with_for_update()
+    """A document the acting user reads (row-level security)."""
+    statement = select(Document).where(col(Document.id) == document_id)
     found = (await db.exec(statement)).first()
     if found is None:
         raise DocumentNotFound()

@@ -114,7 +114,7 @@ EXPECTED: dict[str, list[str | tuple[str, int]]] = {
     "docs/data.md": [
         'content-disposition: attachment; filename="todo-agent-export.json"',
         "todo-agent-export/1 ['Move flat', 'Water the plants'] 2",
-        '{"lists":1,"tasks":4,"sessions":1,"messages":2}',
+        '{"lists":1,"tasks":4,"documents":0,"sessions":1,"messages":2}',
         '"title":"Move flat"',
         "erased: 204",
         ('{"data":[],"count":0}', 2),

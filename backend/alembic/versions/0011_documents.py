@@ -213,8 +213,8 @@ def upgrade() -> None:
         op.execute(f"GRANT EXECUTE ON FUNCTION {signature} TO {APP}")
     for table in _TABLES:
         # The app and definer have them by 0007's default privileges; background work
-        # (erasure's sweep, vectors computed later) reads them as the worker.
-        op.execute(f"GRANT SELECT ON {table} TO {WORKER}")
+        # (erasure's sweep of `created_by`, vectors computed later) runs as the worker.
+        op.execute(f"GRANT SELECT, UPDATE ON {table} TO {WORKER}")
         op.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
         op.execute(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY")
         for name, command, clauses in _POLICIES:

@@ -99,9 +99,16 @@ def read(data: bytes, media_type: str) -> Reading:
         text, title = _utf8(data, "text"), None
     if not text.strip():
         raise UnreadableDocument("The document has no text.")
+    found = of_text(text, media_type)
+    title = (found.title or title or "").strip()[:_TITLE_LENGTH] or None
+    return Reading(media_type, text, title, found.passages)
+
+
+def of_text(text: str, media_type: str) -> Reading:
+    """A document whose text is Markdown or plain text already (one read before, as an
+    import brings it): cut into passages, not read again."""
     markdown = media_type != PLAIN
-    heading = first_heading(text) if markdown else None
-    title = (heading or title or "").strip()[:_TITLE_LENGTH] or None
+    title = first_heading(text) if markdown else None
     return Reading(media_type, text, title, passages(text, markdown=markdown))
 
 
@@ -133,7 +140,7 @@ def _html(source: str) -> tuple[str, str | None]:
     line: list[str] = []
 
     def flush(prefix: str = "") -> None:
-        joined = " ".join(" ".join(line).split())
+        joined = " ".join("".join(line).split())
         line.clear()
         if not joined:
             return
@@ -155,6 +162,8 @@ def _html(source: str) -> tuple[str, str | None]:
                 flush("- ")
             elif tag in _BLOCKS:
                 flush()
+            elif tag in ("td", "th"):
+                line.append(" ")  # cells of a row, apart
             if leaving.tail:
                 line.append(leaving.tail)
             continue

@@ -11,6 +11,7 @@ import hashlib
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Table, delete, func, text, update
@@ -102,21 +103,41 @@ async def add_document(
         if list_id is None and isinstance(source, DocumentCreate):
             list_id = source.list_id
         target = await _writable(db, user=user, list_id=list_id)
-        await _within_quota(db, list_id=target, adding=read.size, settings=settings)
-        document_id = uuid.uuid4()
-        await db.exec(
-            insert(Document).values(
-                id=document_id,
-                list_id=target,
-                title=read.title,
-                media_type=read.reading.media_type,
-                bytes=read.size,
-                text=read.reading.text,
-                created_by=user,
-            )
+        await within_quota(db, list_id=target, adding=read.size, settings=settings)
+        document_id = await insert_document(
+            db, user=user, list_id=target, title=read.title, reading=read.reading, size=read.size
         )
-        await _store_passages(db, document_id=document_id, list_id=target, read=read, old=[])
         return await _public(db, document_id)
+
+
+async def insert_document(
+    db: AsyncSession,
+    *,
+    user: str,
+    list_id: uuid.UUID,
+    title: str,
+    reading: Reading,
+    size: int,
+    created_at: datetime | None = None,
+) -> uuid.UUID:
+    """A document read, stored in a list with its passages (no checks: the caller's)."""
+    document_id = uuid.uuid4()
+    when = {} if created_at is None else {"created_at": created_at, "updated_at": created_at}
+    await db.exec(
+        insert(Document).values(
+            id=document_id,
+            list_id=list_id,
+            title=title,
+            media_type=reading.media_type,
+            bytes=size,
+            text=reading.text,
+            created_by=user,
+            **when,
+        )
+    )
+    read = _Read(reading, title, size)
+    await _store_passages(db, document_id=document_id, list_id=list_id, read=read, old=[])
+    return document_id
 
 
 async def replace_document(
@@ -140,7 +161,7 @@ async def replace_document(
         target = found.list_id if list_id is None else list_id
         if target != found.list_id:
             await _writable(db, user=user, list_id=target)
-        await _within_quota(db, list_id=target, adding=read.size - found.bytes, settings=settings)
+        await within_quota(db, list_id=target, adding=read.size - found.bytes, settings=settings)
         await db.exec(
             update(Document)
             .where(col(Document.id) == document_id)
@@ -219,8 +240,8 @@ async def _public(db: AsyncSession, document_id: uuid.UUID) -> DocumentPublic:
 
 
 async def _found(db: AsyncSession, document_id: uuid.UUID) -> Document:
-    """A document the acting user reads (row-level security), locked for the change."""
-    statement = select(Document).where(col(Document.id) == document_id).with_for_update()
+    """A document the acting user reads (row-level security)."""
+    statement = select(Document).where(col(Document.id) == document_id)
     found = (await db.exec(statement)).first()
     if found is None:
         raise DocumentNotFound()
@@ -240,7 +261,7 @@ async def _writable(db: AsyncSession, *, user: str, list_id: uuid.UUID | None) -
     return list_id
 
 
-async def _within_quota(
+async def within_quota(
     db: AsyncSession, *, list_id: uuid.UUID, adding: int, settings: Settings
 ) -> None:
     """413 when `adding` bytes would take the list owner's documents past the quota."""

@@ -56,6 +56,7 @@ client: $(STAMP) clients/typescript/node_modules/.installed
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+	$(BIN)/python -m bench.documents
 
 clean:
 	rm -rf $(VENV) .todo-agent .pytest_cache .mypy_cache .ruff_cache $(addsuffix /node_modules,$(JS_DIRS))

@@ -1,5 +1,6 @@
 """What the app holds for its lifetime, built once at start-up."""
 
+import logging
 from dataclasses import dataclass, field
 
 import httpx
@@ -9,14 +10,18 @@ from backend.auth import TokenVerifier
 from backend.db import Database
 from backend.services.agent import OpenAIAgentService
 from backend.services.calendar import FeedLimiter
+from backend.services.embeddings import Embeddings
 from backend.services.outbox.hub import EventHub
 from backend.services.outbox.reminders import ReminderClock
 from backend.services.outbox.upkeep import Upkeep
+from backend.services.outbox.vectors import PassageVectors, vectors_present
 from backend.services.outbox.webhooks import WebhookDispatcher
 from backend.services.outbox.worker import BackgroundWorker
 from backend.services.ui_stream import UIStreams
 from backend.services.users import KnownUsers
 from backend.settings import Settings
+
+logger = logging.getLogger("todo_agent.vectors")
 
 
 @dataclass
@@ -30,6 +35,11 @@ class AppContext:
     reminders: ReminderClock
     upkeep: Upkeep
     webhooks: WebhookDispatcher | None = None
+    # The embeddings model (EMBEDDINGS_MODEL); `semantic` is it once the database is known
+    # to hold vectors (pgvector): what search asks for a query's vector.
+    embeddings: Embeddings | None = None
+    semantic: Embeddings | None = None
+    vectors: PassageVectors | None = None
     known_users: KnownUsers = field(default_factory=KnownUsers)
     feed_limiter: FeedLimiter = field(default_factory=FeedLimiter)
     ui_streams: UIStreams = field(default_factory=UIStreams)
@@ -55,6 +65,7 @@ class AppContext:
             reminders=ReminderClock(settings, database),
             upkeep=Upkeep(settings, database),
             webhooks=webhooks,
+            embeddings=Embeddings(settings) if settings.embeddings_model else None,
             known_users=known_users,
         )
 
@@ -65,16 +76,36 @@ class AppContext:
             self.reminders,
             self.upkeep,
             *([self.webhooks] if self.webhooks else []),
+            *([self.vectors] if self.vectors else []),
         ]
 
     async def start(self) -> None:
+        if self.embeddings is not None:
+            await self._start_semantic(self.embeddings)
         for worker in self._background():
             await worker.start()
+
+    async def _start_semantic(self, embeddings: Embeddings) -> None:
+        """Search by meaning where the database can hold vectors; else say so, once."""
+        async with self.database.system() as connection:
+            present = await vectors_present(connection)
+        if not present:
+            logger.warning(
+                "EMBEDDINGS_MODEL is set but the database has no pgvector: documents are"
+                " searched by words only (docs/documents.md: pgvector on a PostgreSQL server)",
+                extra={"model": embeddings.model},
+            )
+            return
+        self.semantic = embeddings
+        self.vectors = PassageVectors(self.settings, self.database, embeddings)
+        self.events.on_notify(self.vectors.wake)
 
     async def close(self) -> None:
         for worker in self._background():
             await worker.stop()
         await self.agent.drain(self.settings.shutdown_grace_s)
         await self.agent.close()
+        if self.embeddings is not None:
+            await self.embeddings.close()
         await self.http.aclose()
         await self.database.dispose()

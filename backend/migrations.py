@@ -1,6 +1,7 @@
 """Apply the Alembic migrations, and tell whether a database is at head."""
 
 from functools import cache
+from importlib import import_module
 from pathlib import Path
 
 from alembic import command
@@ -33,6 +34,9 @@ def _upgrade(connection: Connection) -> None:
     config = alembic_config()
     config.attributes["connection"] = connection
     command.upgrade(config, "head")
+    # Passages' vectors exist only where pgvector does (0012); a server that has it now, and
+    # did not when 0012 ran, gets them here.
+    import_module("backend.alembic.versions.0012_passage_vectors").create(connection)
 
 
 async def migrate(engine: AsyncEngine) -> None:

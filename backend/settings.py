@@ -97,6 +97,20 @@ class Settings(BaseSettings):
     mcp_state_secret: SecretStr | None = None
     mcp_state_ttl_s: float = Field(default=600.0, gt=0)
 
+    # Search by meaning (docs/documents.md): unset, documents are searched by words only.
+    # The model is served at EMBEDDINGS_BASE_URL with EMBEDDINGS_API_KEY (default: the chat
+    # model's OPENAI_BASE_URL and OPENAI_API_KEY), any OpenAI-compatible `/v1/embeddings`.
+    embeddings_model: str | None = None
+    embeddings_base_url: str | None = None
+    embeddings_api_key: SecretStr | None = None
+    # A search waits this long for its query's vector, then answers by words alone.
+    embeddings_query_timeout_s: float = Field(default=2.0, gt=0)
+    # The background worker's calls: their timeout, how many passages each carries, and the
+    # first delay before a failed batch is tried again (doubling, up to 10 minutes).
+    embeddings_timeout_s: float = Field(default=30.0, gt=0)
+    embeddings_batch: int = Field(default=64, ge=1, le=2048)
+    embeddings_retry_s: float = Field(default=5.0, gt=0)
+
     # Events: the outbox's replay window, stream keep-alives, reminders and webhooks.
     events_retention_h: float = Field(default=24.0, gt=0)
     events_keepalive_s: float = Field(default=15.0, gt=0)
@@ -133,6 +147,11 @@ class Settings(BaseSettings):
     def _level_name(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
 
+    @field_validator("embeddings_model")
+    @classmethod
+    def _blank_is_unset(cls, value: str | None) -> str | None:
+        return value.strip() or None if value else None
+
     @field_validator("public_base_url")
     @classmethod
     def _no_trailing_slash(cls, value: str | None) -> str | None:
@@ -154,6 +173,14 @@ class Settings(BaseSettings):
     def model_for(self, choice: str | None) -> str:
         """The model for a user's turns: their choice while the operator still allows it."""
         return choice if choice in self.allowed_models else self.agent_model_name
+
+    @property
+    def embeddings_url(self) -> str | None:
+        return self.embeddings_base_url or self.openai_base_url
+
+    @property
+    def embeddings_key(self) -> SecretStr | None:
+        return self.embeddings_api_key or self.openai_api_key
 
     @property
     def web_ui_enabled(self) -> bool:

@@ -20,7 +20,16 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # The service reads these; a developer's shell must not leak into what is measured.
-_SCRUBBED_PREFIXES = ("OPENAI_", "JWT_", "AGENT_", "CHAT_", "CORS_", "DB_", "TODO_AGENT_")
+_SCRUBBED_PREFIXES = (
+    "OPENAI_",
+    "JWT_",
+    "AGENT_",
+    "CHAT_",
+    "CORS_",
+    "DB_",
+    "TODO_AGENT_",
+    "EMBEDDINGS_",
+)
 _SCRUBBED = ("DATABASE_URL", "ENVIRONMENT", "LOG_LEVEL")
 
 

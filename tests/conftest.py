@@ -33,7 +33,9 @@ _TABLES = (
 
 # The service reads these from the environment; a developer's shell must not leak into tests.
 for _name in list(os.environ):
-    if _name.startswith(("OPENAI_", "JWT_", "AGENT_", "CHAT_", "CORS_", "MCP_")) or _name in (
+    if _name.startswith(
+        ("OPENAI_", "JWT_", "AGENT_", "CHAT_", "CORS_", "MCP_", "EMBEDDINGS_")
+    ) or _name in (
         "DATABASE_URL",
         "ENVIRONMENT",
         "PUBLIC_BASE_URL",

@@ -23,15 +23,25 @@ stalls it, and other processes (a server started by a test) can reach it on its 
 It is a minimal HTTP/1.1 implementation on asyncio streams (keep-alive, chunked streaming)
 so that it stays cheap at hundreds of requests per second and can drop a connection
 exactly where a step says.
+
+It also speaks `POST /v1/embeddings`, scripted apart from the chat (`script_embeddings`,
+`embeddings_default`, `embedding_requests`): by default each input gets a deterministic
+vector of `embedding_dimensions` (a request's own `dimensions` wins) from `embedder`,
+`embed_text` unless changed: a hashed bag of stemmed words in which a few synonyms share a
+word ("car" and "vehicle"), so that meaning can be told from wording in tests. Any error
+step (`error(500)`, `hang()`, `reset()`) answers an embeddings request as it answers a chat.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
 import http
 import itertools
 import json
+import math
 import re
 import socket
 import struct
@@ -56,8 +66,10 @@ __all__ = [
     "Step",
     "StepLike",
     "StreamError",
+    "Vectors",
     "call",
     "delay",
+    "embed_text",
     "error",
     "garbage",
     "hang",
@@ -66,6 +78,7 @@ __all__ = [
     "reset_mid_stream",
     "stream_error",
     "tool_calls",
+    "vectors",
 ]
 
 JSONObject: TypeAlias = dict[str, Any]
@@ -75,6 +88,7 @@ JSONObject: TypeAlias = dict[str, Any]
 ARGUMENT_FRAGMENT_CHARS = 8
 _HANG_SECONDS = 3600.0
 _CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
+_EMBEDDING_PATHS = frozenset({"/v1/embeddings", "/embeddings"})
 _READ_LIMIT = 16 * 1024 * 1024
 
 
@@ -153,6 +167,15 @@ class StreamError(Step):
     after_chunks: int = 1
     then: Completion
     message: str = "The server had an error while processing your request."
+
+
+@dataclass(frozen=True, kw_only=True)
+class Vectors(Step):
+    """An embeddings answer: a vector per input, from the fake's `embedder`, of
+    `dimensions` (None: the request's own `dimensions`, else the fake's
+    `embedding_dimensions`)."""
+
+    dimensions: int | None = None
 
 
 Responder: TypeAlias = Callable[[JSONObject], "Step | str"]
@@ -265,6 +288,11 @@ def error(
     )
 
 
+def vectors(*, dimensions: int | None = None, delay: float = 0.0) -> Vectors:
+    """Answer an embeddings request with vectors (what `embeddings_default` does)."""
+    return Vectors(dimensions=dimensions, delay=delay)
+
+
 def delay(seconds: float, then: Step | str | None = None) -> Step:
     """`then` (default `reply("OK")`), answered `seconds` later (on top of its own delay)."""
     step = _as_step(then if then is not None else reply())
@@ -328,6 +356,59 @@ def _as_completion(value: Completion | str | None, default_text: str) -> Complet
 
 def _as_step(value: Step | str) -> Step:
     return reply(value) if isinstance(value, str) else value
+
+
+# --------------------------------------------------------------------------- embeddings
+
+# Words that share a meaning share a dimension: what a real model knows and words alone do
+# not ("car" finds "vehicle").
+SYNONYMS: dict[str, str] = {
+    word: group[0]
+    for group in (
+        ("vehicle", "car", "automobile", "van", "truck"),
+        ("pet", "dog", "cat", "puppy", "kitten", "animal"),
+        ("home", "house", "flat", "apartment"),
+        ("lease", "rental", "tenancy", "rent"),
+        ("doctor", "physician", "gp", "clinic"),
+        ("money", "cash", "payment", "pay", "fee", "cost", "price"),
+        ("passport", "visa", "id"),
+        ("wifi", "internet", "wireless", "network"),
+        ("cook", "bake", "roast", "recipe"),
+        ("trip", "journey", "travel", "vacation", "holiday"),
+    )
+    for word in group
+}
+_STOP_WORDS = frozenset(
+    ("a", "an", "and", "are", "as", "at", "be", "by", "do", "does", "for", "from", "how", "i",
+     "in", "is", "it", "my", "of", "on", "or", "our", "say", "says", "the", "this", "to",
+     "what", "when", "where", "which", "who", "with", "you", "your")
+)  # fmt: skip
+_SUFFIXES = ("ings", "ing", "ies", "ied", "es", "ed", "s")
+
+
+def _stem(word: str) -> str:
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            stem = word[: -len(suffix)]
+            return stem + "y" if suffix in ("ies", "ied") else stem
+    return word
+
+
+def embed_text(text: str, dimensions: int) -> list[float]:
+    """A deterministic unit vector for `text`: each word (stemmed, its synonym group's when
+    it has one, stop words left out) adds a signed one at a place its hash picks."""
+    vector = [0.0] * dimensions
+    for word in re.findall(r"[a-z0-9]+", text.lower()):
+        if word in _STOP_WORDS:
+            continue
+        term = SYNONYMS.get(word) or SYNONYMS.get(_stem(word)) or _stem(word)
+        digest = hashlib.blake2b(term.encode(), digest_size=8).digest()
+        place = int.from_bytes(digest[:4], "little") % dimensions
+        vector[place] += 1.0 if digest[4] & 1 else -1.0
+    norm = math.sqrt(sum(x * x for x in vector))
+    if norm == 0:
+        vector[0], norm = 1.0, 1.0  # no words: still a valid vector
+    return [x / norm for x in vector]
 
 
 # --------------------------------------------------------------------------- records
@@ -397,10 +478,15 @@ class FakeOpenAI:
         self.host = host
         self.port = port
         self.default: StepLike = reply("OK")
+        self.embeddings_default: StepLike = vectors()
+        self.embedding_dimensions = 64
+        self.embedder: Callable[[str, int], list[float]] = embed_text
         self.errors: list[BaseException] = []  # exceptions raised by callable responders
         self._lock = threading.Condition()
         self._queue: deque[StepLike] = deque()
         self._requests: list[RecordedRequest] = []
+        self._embedding_queue: deque[StepLike] = deque()
+        self._embedding_requests: list[RecordedRequest] = []
         self._call_ids = itertools.count(1)
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -467,6 +553,12 @@ class FakeOpenAI:
         with self._lock:
             self._queue.extend(steps)
 
+    def script_embeddings(self, *steps: StepLike) -> None:
+        """Queue answers to embeddings requests (e.g. `error(500)`, `hang()`, `vectors()`),
+        one per request; then `embeddings_default` answers."""
+        with self._lock:
+            self._embedding_queue.extend(steps)
+
     @property
     def pending_steps(self) -> int:
         """Scripted steps not consumed yet."""
@@ -478,8 +570,13 @@ class FakeOpenAI:
         with self._lock:
             self._queue.clear()
             self._requests.clear()
+            self._embedding_queue.clear()
+            self._embedding_requests.clear()
             self.errors.clear()
             self.default = reply("OK")
+            self.embeddings_default = vectors()
+            self.embedding_dimensions = 64
+            self.embedder = embed_text
             self._call_ids = itertools.count(1)
 
     # ---------------------------------------------------------------- inspection
@@ -489,6 +586,20 @@ class FakeOpenAI:
         """A snapshot of the chat-completion requests received, oldest first."""
         with self._lock:
             return list(self._requests)
+
+    @property
+    def embedding_requests(self) -> list[RecordedRequest]:
+        """A snapshot of the embeddings requests received, oldest first."""
+        with self._lock:
+            return list(self._embedding_requests)
+
+    def embedded_inputs(self) -> list[str]:
+        """Every text the embeddings requests asked for, in order (answered or not)."""
+        inputs: list[str] = []
+        for record in self.embedding_requests:
+            given = record.body.get("input")
+            inputs.extend([given] if isinstance(given, str) else given or [])
+        return inputs
 
     @property
     def requests_count(self) -> int:
@@ -568,9 +679,13 @@ class FakeOpenAI:
             if not writer.transport.is_closing():
                 writer.close()
 
-    def _next_step(self, body: JSONObject) -> Step:
+    def _next_step(self, body: JSONObject, *, embeddings: bool = False) -> Step:
         with self._lock:
-            item = self._queue.popleft() if self._queue else self.default
+            if embeddings:
+                queue, default = self._embedding_queue, self.embeddings_default
+            else:
+                queue, default = self._queue, self.default
+            item = queue.popleft() if queue else default
         try:
             step = _as_step(item(body) if callable(item) else item)
             if not isinstance(step, Step):
@@ -587,7 +702,8 @@ class FakeOpenAI:
         """Answer one request; False when the connection must not be reused."""
         keep_alive = request.headers.get("connection", "").lower() != "close"
         path = request.target.split("?", 1)[0].rstrip("/")
-        if request.method != "POST" or path not in _CHAT_PATHS:
+        embeddings = path in _EMBEDDING_PATHS
+        if request.method != "POST" or not (path in _CHAT_PATHS or embeddings):
             payload = error_body(404, f"Unknown URL {request.method} {request.target}")
             await _send(writer, 404, _json_bytes(payload), "application/json", {}, keep_alive)
             return keep_alive
@@ -608,9 +724,9 @@ class FakeOpenAI:
             received_at=time.monotonic(),
         )
         with self._lock:
-            self._requests.append(record)
+            (self._embedding_requests if embeddings else self._requests).append(record)
             self._lock.notify_all()
-        step = self._next_step(body)
+        step = self._next_step(body, embeddings=embeddings)
         record.step = step
         try:
             return await self._play(step, record, reader, writer, keep_alive)
@@ -650,6 +766,17 @@ class FakeOpenAI:
         if isinstance(step, Garbage):
             record.first_byte_at = time.monotonic()
             await _send(writer, step.status, step.body, step.content_type, headers, keep_alive)
+            return keep_alive
+
+        if isinstance(step, Vectors) or record.path in _EMBEDDING_PATHS:
+            if isinstance(step, Vectors):
+                status, answered = 200, self._embeddings(step, record.body)
+            else:
+                status = 500
+                answered = error_body(500, f"FakeOpenAI: {type(step).__name__} is no embedding")
+            record.first_byte_at = time.monotonic()
+            encoded = _json_bytes(answered)
+            await _send(writer, status, encoded, "application/json", headers, keep_alive)
             return keep_alive
 
         if isinstance(step, Completion):
@@ -712,6 +839,27 @@ class FakeOpenAI:
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         return keep_alive
+
+    def _embeddings(self, step: Vectors, body: JSONObject) -> JSONObject:
+        """The answer to `POST /v1/embeddings`, as OpenAI shapes it (base64 float32 when the
+        request asks for it, as the SDK does by default)."""
+        given = body.get("input")
+        inputs = [given] if isinstance(given, str) else list(given or [])
+        dimensions = step.dimensions or body.get("dimensions") or self.embedding_dimensions
+        data = []
+        for index, text in enumerate(inputs):
+            vector = self.embedder(str(text), int(dimensions))
+            encoded: Any = vector
+            if body.get("encoding_format") == "base64":
+                encoded = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+            data.append({"object": "embedding", "index": index, "embedding": encoded})
+        tokens = sum(len(str(text).split()) for text in inputs)
+        return {
+            "object": "list",
+            "data": data,
+            "model": str(body.get("model", "text-embedding-fake")),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
 
     def _build(self, completion: Completion, body: JSONObject) -> _Answer:
         calls = [

@@ -26,6 +26,7 @@ from tests.fake_openai import (
     reset_mid_stream,
     stream_error,
     tool_calls,
+    vectors,
 )
 
 MESSAGES: list[ChatCompletionMessageParam] = [
@@ -499,3 +500,40 @@ def test_blocking_callers_do_not_stall_it(fake: FakeOpenAI) -> None:
     assert answer.choices[0].message.content == "from a blocking client"
     assert fake.wait_for_requests(1, timeout=1)[0].messages == MESSAGES
     sdk.close()
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+async def test_embeddings_answer_one_vector_per_input(fake: FakeOpenAI, sdk: AsyncOpenAI) -> None:
+    texts = ["Park the car in the garage", "Where does the vehicle go?", "Buy oat milk"]
+    answer = await sdk.embeddings.create(model="embed-test", input=texts)
+    car, vehicle, milk = (item.embedding for item in answer.data)
+    assert [len(v) for v in (car, vehicle, milk)] == [64, 64, 64]
+    assert _cosine(car, vehicle) > 0.4 > _cosine(car, milk)
+    assert answer.model == "embed-test"
+    # The SDK asks for base64 unless told otherwise; plain floats are the same vectors.
+    assert fake.embedding_requests[0].body["encoding_format"] == "base64"
+    plain = await sdk.embeddings.create(model="embed-test", input=texts, encoding_format="float")
+    assert plain.data[0].embedding == pytest.approx(car, abs=1e-6)
+    assert fake.embedded_inputs() == texts * 2
+    assert fake.requests == []  # chat completions are recorded apart
+
+
+async def test_embeddings_dimensions_and_scripted_failures(
+    fake: FakeOpenAI, sdk: AsyncOpenAI
+) -> None:
+    fake.embedding_dimensions = 16
+    fake.script_embeddings(error(500), hang(), vectors(dimensions=8))
+    with pytest.raises(openai.InternalServerError):
+        await sdk.embeddings.create(model="m", input="car")
+    with pytest.raises(openai.APITimeoutError):
+        await sdk.embeddings.create(model="m", input="car", timeout=0.3)
+    assert len((await sdk.embeddings.create(model="m", input="car")).data[0].embedding) == 8
+    assert len((await sdk.embeddings.create(model="m", input="car")).data[0].embedding) == 16
+    asked = await sdk.embeddings.create(model="m", input="car", dimensions=4)
+    assert len(asked.data[0].embedding) == 4
+    fake.embeddings_default = error(503)
+    with pytest.raises(openai.InternalServerError):
+        await sdk.embeddings.create(model="m", input="car")

@@ -73,16 +73,22 @@ async def list_documents(
 @router.get("/search", operation_id="searchDocuments")
 async def search_documents(
     user: CurrentUser,
-    db: DbSession,
+    context: Context,
     q: Annotated[
         str, Query(min_length=1, max_length=500, description='A person\'s words; "quoted" phrases.')
     ],
     list_id: ListFilter = None,
     limit: Annotated[int, Query(ge=1, le=search.MAX_LIMIT)] = 5,
 ) -> PassagesPublic:
-    """Passages of the documents the user reads, best first, for the words of `q`."""
-    found = await search.search_passages(
-        db, user=user.user_id, query=q, list_id=list_id, limit=limit
+    """Passages of the documents the user reads, best first, for the words (and, with an
+    embeddings model, the meaning) of `q`."""
+    found = await search.search_documents(
+        database=context.database,
+        semantic=context.semantic,
+        user=user.user_id,
+        query=q,
+        list_id=list_id,
+        limit=limit,
     )
     return PassagesPublic(data=[hit.public() for hit in found])
 

@@ -1,4 +1,5 @@
-"""Finding passages by words: PostgreSQL full-text search, read as a person's words.
+"""Finding passages by words (PostgreSQL full-text search, read as a person's words) and,
+with an embeddings model and pgvector, by meaning too.
 
 A query is not a boolean expression: a passage is found if it holds any of the query's
 words (stop words drop out, word forms meet through the 'english' configuration), and ranks
@@ -8,6 +9,12 @@ a quoted phrase is one term that matches as a phrase (`todo_search_passages`, mi
 (by meaning) can be fused with it by reciprocal rank fusion (`fuse`) before the best are
 read. Then one long document does not take every place: a document's later passages go
 after the other documents' first ones (`diversify`), still counting towards `limit`.
+
+By meaning (`meaning_ranking`): the query's vector (`query_meaning`, asked of the
+embeddings server before any transaction opens, with a short timeout; None on any failure)
+against the passages' vectors of the configured model and the same size
+(`todo_nearest_passages`, migration 0012), nearest first. Without a vector, or while
+passages have none yet, the words' ranking is the answer on its own.
 """
 
 import uuid
@@ -19,8 +26,10 @@ from sqlalchemy import text
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from backend.db import Database
 from backend.models.document import Document, Passage, PassagePublic
 from backend.services import access
+from backend.services.embeddings import Embeddings, vector_literal
 
 MAX_LIMIT = 20
 MAX_TERMS = 32
@@ -32,6 +41,19 @@ _WORD_RANKING = text(
     " FROM todo_search_passages(CAST(:words AS text[]), CAST(:phrases AS boolean[]),"
     " CAST(:list AS uuid), :want)"
 )
+_MEANING_RANKING = text(
+    "SELECT n.passage_id, p.document_id, 1 - n.distance AS score"
+    " FROM todo_nearest_passages(:model, CAST(:query AS vector), CAST(:list AS uuid), :want) n"
+    " JOIN passages p ON p.id = n.passage_id ORDER BY n.distance, n.passage_id"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class QueryMeaning:
+    """A query's vector, and the model that made it: only that model's vectors compare."""
+
+    model: str
+    vector: list[float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +115,33 @@ async def word_ranking(
     return [Ranked(row.passage_id, row.document_id, row.score) for row in rows]
 
 
+async def query_meaning(semantic: Embeddings | None, query: str) -> QueryMeaning | None:
+    """The query's vector when search by meaning is on (`semantic`) and the embeddings server
+    answers in time; else None, and search goes by words. Call it with no transaction open:
+    it waits on the network."""
+    if semantic is None or not query.strip():
+        return None
+    vector = await semantic.embed_query(query)
+    return QueryMeaning(semantic.model, vector) if vector is not None else None
+
+
+async def meaning_ranking(
+    db: AsyncSession, *, meaning: QueryMeaning, list_id: uuid.UUID | None, depth: int = DEPTH
+) -> list[Ranked]:
+    """The passages the acting user reads, nearest to the query's meaning first."""
+    connection = await db.connection()
+    rows = await connection.execute(
+        _MEANING_RANKING,
+        {
+            "model": meaning.model,
+            "query": vector_literal(meaning.vector),
+            "list": list_id,
+            "want": depth,
+        },
+    )
+    return [Ranked(row.passage_id, row.document_id, row.score) for row in rows]
+
+
 def fuse(rankings: Sequence[Sequence[Ranked]], *, k: int = RRF_K) -> list[Ranked]:
     """Rankings fused by reciprocal rank: a passage scores the sum of 1 / (k + its rank) in
     each ranking it is in."""
@@ -145,11 +194,48 @@ async def read_hits(db: AsyncSession, ranked: Sequence[Ranked]) -> list[PassageH
 
 
 async def search_passages(
-    db: AsyncSession, *, user: str, query: str, list_id: uuid.UUID | None, limit: int = 5
+    db: AsyncSession,
+    *,
+    user: str,
+    query: str,
+    list_id: uuid.UUID | None,
+    limit: int = 5,
+    meaning: QueryMeaning | None = None,
 ) -> list[PassageHit]:
     """The `limit` best passages for `query` among those the user reads (in one list, when
-    given: 404 when they are not its member), in a transaction acting as the user."""
+    given: 404 when they are not its member), in a transaction acting as the user; ranked by
+    words and, given the query's `meaning`, by meaning too (fused)."""
     if list_id is not None:
         await access.membership(db, user=user, list_id=list_id)
-    ranked = await word_ranking(db, query=query, list_id=list_id)
-    return await read_hits(db, diversify(ranked)[: max(1, min(limit, MAX_LIMIT))])
+    words = await word_ranking(db, query=query, list_id=list_id)
+    nearest = await meaning_ranking(db, meaning=meaning, list_id=list_id) if meaning else []
+    return await read_hits(db, combine(words, nearest)[: max(1, min(limit, MAX_LIMIT))])
+
+
+def combine(words: Sequence[Ranked], nearest: Sequence[Ranked]) -> list[Ranked]:
+    """The answer's order: the words' ranking, demoted (`diversify`); with a ranking by
+    meaning too, both demoted, then fused. Each is demoted before fusing because by meaning
+    every passage is found at some distance: demoting after would put a document's second
+    passage behind every other document's first, however far, so a question whose two
+    best passages share a document could never show both."""
+    if not nearest:
+        return diversify(words)
+    return fuse([diversify(words), diversify(nearest)])
+
+
+async def search_documents(
+    *,
+    database: Database,
+    semantic: Embeddings | None,
+    user: str,
+    query: str,
+    list_id: uuid.UUID | None,
+    limit: int = 5,
+) -> list[PassageHit]:
+    """`search_passages` for a caller holding no transaction: the query's vector first (no
+    connection held while the embeddings server answers), then one transaction."""
+    meaning = await query_meaning(semantic, query)
+    async with database.transaction(as_user=user) as db:
+        return await search_passages(
+            db, user=user, query=query, list_id=list_id, limit=limit, meaning=meaning
+        )

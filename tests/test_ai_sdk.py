@@ -443,6 +443,7 @@ def test_use_chat_receives_the_passages_an_answer_used_as_source_documents(
             f"{with_model.url}/api/{user}/documents",
             json={"title": "Lease", "text": lease},
             headers={"Authorization": f"Bearer {token_for(user)}"},
+            timeout=60,  # reading a document runs in a child process: slow on a busy machine
         )
         assert response.status_code == 201, response.text
         model.script(

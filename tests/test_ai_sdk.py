@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from backend.services.documents.sections import HEADING_JOINER
 from tests.chat_helpers import stored_messages
 from tests.conftest import server_env, token_for
 from tests.fake_openai import FakeOpenAI, call, error, reply, tool_calls
@@ -428,3 +429,46 @@ def test_clients_that_did_not_opt_in_are_asked_in_words_and_yes_deletes(
         [_, held, _, _] = r["history"]["messages"]
         [part] = tool_parts(held)
         assert (part["state"], part["approval"]["approved"]) == ("output-available", True)
+
+
+def test_use_chat_receives_the_passages_an_answer_used_as_source_documents(
+    with_model: ServerProcess, fake_openai_server: FakeOpenAI
+) -> None:
+    model = fake_openai_server
+    model.clear()
+    lease = "# Lease\n\n## Pets\n\nCats are allowed.\n\n## Rent\n\nDue on the first.\n"
+    for version in VERSIONS:
+        user = f"dana-{version}"
+        response = httpx.post(
+            f"{with_model.url}/api/{user}/documents",
+            json={"title": "Lease", "text": lease},
+            headers={"Authorization": f"Bearer {token_for(user)}"},
+            timeout=60,  # reading a document runs in a child process: slow on a busy machine
+        )
+        assert response.status_code == 201, response.text
+        model.script(
+            tool_calls(call("search_documents", {"query": "pets", "list": None})),
+            reply("Your Lease says under Pets: cats are allowed."),
+        )
+    ops: list[dict[str, Any]] = [
+        {"op": "send", "name": "asked", "user": "dana", "chatId": "d", "text": "pets?"},
+        {"op": "history", "name": "history", "of": "asked"},
+    ]
+    results = run(with_model, ops)
+    for version in VERSIONS:
+        r = results[version]
+        assert r["asked"]["errors"] == [], r["asked"]
+        message = r["asked"]["message"]
+        sources = [part for part in message["parts"] if part["type"] == "source-document"]
+        assert sources
+        assert sources[0]["title"] == f"Lease{HEADING_JOINER}Pets"
+        assert sources[0]["mediaType"] == "text/markdown"
+        assert sources[0]["sourceId"].startswith("todo-agent://documents/")
+        assert [p["type"] for p in message["parts"]][:3] == [
+            "step-start",
+            "tool-search_documents",
+            "source-document",
+        ]
+        # The history tells the same parts, and ai 6's validateUIMessages takes them.
+        assert r["history"]["messages"][1] == message
+        assert r["history"]["validated"] is True or version == "ai5"

@@ -32,3 +32,9 @@ def test_the_static_rules_and_tools_are_a_cacheable_prefix_of_every_request() ->
     assert figures.shared_share > 0.9
     assert figures.cacheable_tokens >= 1024
     assert figures.tools_tokens < figures.shared_prefix_tokens
+
+
+def test_a_no_tool_turn_stays_within_its_token_budget() -> None:
+    # search_documents is offered to everyone, so one budget holds with or without documents
+    # (issue 32: 2,000 tokens without documents, 2,150 with).
+    assert prompt.measure("gpt-4o-mini").prompt_tokens <= 2000

@@ -1274,3 +1274,109 @@ async def test_an_invite_link_that_cannot_be_used_says_why(person: Person) -> No
         "That invite link does not work: it was used already, revoked, or has expired."
     )
     await expect(page.locator("#list-nav .name")).to_have_text(["All tasks", "Inbox", "Garden"])
+
+
+# ------------------------------------------------------------------------------- documents
+
+HOSTILE = """# Hostile
+
+<script>window.__pwned = "script"</script>
+<img src=x onerror="window.__pwned = 'img'; alert(1)">
+[Click me](javascript:window.__pwned='link')
+"""
+
+
+async def _drop(page: Page, target: Locator, name: str, text: str, media_type: str) -> None:
+    """Drop a file onto `target`, as a person dragging it from their desktop would."""
+    transfer = await page.evaluate_handle(
+        """([name, text, type]) => {
+            const transfer = new DataTransfer();
+            transfer.items.add(new File([text], name, { type }));
+            return transfer;
+        }""",
+        [name, text, media_type],
+    )
+    await target.dispatch_event("dragover", {"dataTransfer": transfer})
+    await target.dispatch_event("drop", {"dataTransfer": transfer})
+
+
+async def test_a_dropped_document_is_listed_shown_as_text_and_deleted(person: Person) -> None:
+    page = person.page
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: dialogs.append(dialog.message))
+    assert (await person.api("POST", "/lists", json={"name": "Home"})).status_code == 201
+    await page.reload()
+    await page.locator("#list-nav").get_by_role("button", name=re.compile("^Home")).click()
+    documents = page.locator("#document-list > li")
+    await expect(page.locator("#document-count")).to_have_text("(0)")
+
+    await _drop(page, page.locator("#task-list"), "hostile.md", HOSTILE, "text/markdown")
+    # Reading a file runs in a child process with limits: slow on a busy machine.
+    await expect(documents).to_have_count(1, timeout=30_000)
+    await expect(documents.first).to_contain_text("Hostile")
+    [stored] = (await person.api("GET", "/documents")).json()["data"]
+    lists = (await person.api("GET", "/lists")).json()["data"]
+    # Dropped onto the list on show, it is that list's.
+    assert stored["list_id"] == next(s["id"] for s in lists if s["name"] == "Home")
+
+    await page.get_by_role("button", name="Read Hostile").click()
+    viewer = page.get_by_role("dialog", name="Hostile")
+    await expect(viewer).to_be_visible()
+    shown = viewer.locator("#document-text")
+    await expect(shown).to_contain_text('<script>window.__pwned = "script"</script>')
+    await expect(shown).to_contain_text("javascript:window.__pwned='link'")
+    assert await shown.locator("*").count() == 0  # text, no element made of it
+    assert await page.evaluate("window.__pwned") is None
+    assert dialogs == []
+    await person.shot("document-as-text")
+
+    page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
+    await viewer.get_by_role("button", name="Delete document").click()
+    await expect(viewer).to_be_hidden()
+    await expect(documents).to_have_count(0)
+    assert (await person.api("GET", "/documents")).json()["data"] == []
+    assert await page.evaluate("window.__pwned") is None
+
+    # Chosen rather than dropped; a file that is no document says why, and is not kept.
+    chooser = page.get_by_label("Add a document")
+    await chooser.set_input_files(
+        files=[{"name": "tool.exe", "mimeType": "application/octet-stream", "buffer": b"MZ\x90"}]
+    )
+    await expect(page.locator("#documents-error")).to_contain_text("this file is none of them")
+    await chooser.set_input_files(
+        files=[{"name": "packing.txt", "mimeType": "text/plain", "buffer": b"Passport, charger"}]
+    )
+    await expect(documents).to_have_count(1, timeout=30_000)
+    await expect(documents.first).to_contain_text("packing")
+
+
+async def test_an_answer_links_the_passages_it_used_and_documents_follow_live(
+    person: Person, model: FakeOpenAI
+) -> None:
+    page = person.page
+    lease = "# Lease\n\n## Pets\n\nCats are allowed.\n"
+    added = await person.api("POST", "/documents", json={"title": "Lease", "text": lease})
+    assert added.status_code == 201, added.text
+    # Added elsewhere (the API): the page lists it, from the document.created event.
+    await expect(page.locator("#document-list")).to_contain_text("Lease")
+
+    model.script(
+        tool_calls(call("search_documents", {"query": "pets", "list": None})),
+        reply("Your Lease says under Pets: cats are allowed."),
+    )
+    await person.send("what does the lease say about pets?")
+    answer = page.locator(".message.assistant").last
+    await expect(answer.locator(".text")).to_have_text(
+        "Your Lease says under Pets: cats are allowed."
+    )
+    source = answer.get_by_role("list", name="Sources").get_by_role("button")
+    await expect(source).to_have_text(re.compile(r"^Lease .*Pets$"))
+    await source.click()
+    viewer = page.get_by_role("dialog", name="Lease")
+    await expect(viewer.locator("#document-text")).to_contain_text("Cats are allowed.")
+    await page.keyboard.press("Escape")
+
+    # Deleted elsewhere: it leaves the page's list (document.deleted).
+    document_id = added.json()["id"]
+    assert (await person.api("DELETE", f"/documents/{document_id}")).status_code == 204
+    await expect(page.locator("#document-list > li")).to_have_count(0)

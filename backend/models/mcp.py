@@ -121,6 +121,18 @@ class ListCreatedResult(_Result):
     list: ListResult
 
 
+class PassageResult(_Result):
+    document_id: str
+    title: str = PydanticField(description="The document's title.")
+    heading: str = PydanticField(description="Its heading path, from the document's top.")
+    text: str
+    score: float
+
+
+class DocumentSearchResult(_Result):
+    passages: list[PassageResult] = PydanticField(description="Best first, at most 5.")
+
+
 class UserContextResult(_Result):
     name: str | None
     timezone: str

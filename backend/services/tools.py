@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal
+from urllib.parse import quote
 from zoneinfo import ZoneInfo
 
 import openai
@@ -40,6 +41,8 @@ from backend.models.task import (
 )
 from backend.models.task import TaskUpdate as TaskChanges
 from backend.services import lists, recurrence, tasks, undo
+from backend.services.documents import search as document_search
+from backend.services.documents.sections import HEADING_JOINER
 from backend.services.recurrence import RecurrenceError
 from backend.services.tasks import TaskRef
 
@@ -174,6 +177,14 @@ class CreateList(ToolArgs):
     list_name: ListName = Field(alias="name")
 
 
+class SearchDocuments(ToolArgs):
+    """Search the user's documents (notes, checklists, minutes) for passages."""
+
+    name = "search_documents"
+    query: Text = Field(min_length=1, max_length=500)
+    list: str | None = ListRef
+
+
 class GetUserContext(ToolArgs):
     """The user's name, timezone, local time and todo counts."""
 
@@ -191,6 +202,7 @@ TOOL_MODELS: tuple[type[ToolArgs], ...] = (
     UndoLastTurn,
     ListLists,
     CreateList,
+    SearchDocuments,
     GetUserContext,
 )
 _BY_NAME = {model.name: model for model in TOOL_MODELS}
@@ -230,6 +242,29 @@ def _definition(model: type[ToolArgs]) -> ChatCompletionFunctionToolParam:
 TOOL_DEFINITIONS: list[ChatCompletionFunctionToolParam] = [_definition(m) for m in TOOL_MODELS]
 
 
+MAX_PASSAGES = 5
+# A document's address outside the REST API: an MCP resource's URI, an answer's source.
+DOCUMENT_URI = "todo-agent://documents/{id}"
+
+
+def passage_source(passage: Mapping[str, Any]) -> str:
+    """Where a passage of `search_documents` is: its document's URI, its heading the
+    fragment (so two sections of one document are two sources)."""
+    uri = DOCUMENT_URI.format(id=passage.get("document_id"))
+    heading = passage.get("heading")
+    return f"{uri}#{quote(heading)}" if isinstance(heading, str) and heading else uri
+
+
+def passage_citation(passage: Mapping[str, Any]) -> str:
+    """A passage named as answers name it: its document's title, then its heading path
+    (which may already start with the title, the document's first heading)."""
+    title, heading = str(passage.get("title") or "Untitled"), passage.get("heading")
+    if not isinstance(heading, str) or not heading or heading == title:
+        return title
+    within = f"{title}{HEADING_JOINER}"
+    return heading if heading.startswith(within) else f"{within}{heading}"
+
+
 def error(message: str) -> ToolResult:
     return {"status": "error", "error": message}
 
@@ -247,7 +282,7 @@ def _named(task: TaskPublic) -> ToolResult:
 # deletes (a delete goes to the trash, but the agent should not do it unasked), `changes`
 # everything but reading.
 DELETING = frozenset({"delete_todo", "purge_trash"})
-READING = frozenset({"list_todos", "list_lists", "get_user_context"})
+READING = frozenset({"list_todos", "list_lists", "search_documents", "get_user_context"})
 
 
 def needs_approval(confirm: str, name: str) -> bool:
@@ -370,6 +405,8 @@ class TodoTools:
                     )
                     self._known_lists = None
                     return {"status": "created", "list": self._list_shown(made)}
+                case SearchDocuments():
+                    return await self._search(db, call)
                 case GetUserContext():
                     return await self._context(db)
         except _UnknownName as unknown:
@@ -566,6 +603,14 @@ class TodoTools:
             f"That was the last open step of task {parent.number} ({parent.title!r}), which "
             "is still open: complete it too if it is done."
         )
+
+    async def _search(self, db: AsyncSession, call: SearchDocuments) -> ToolResult:
+        """The best passages of the documents the user reads (in one of their lists)."""
+        list_id = await self._list_id(db, call.list) if call.list else None
+        found = await document_search.search_passages(
+            db, user=self.owner, query=call.query, list_id=list_id, limit=MAX_PASSAGES
+        )
+        return {"passages": [hit.public().model_dump(mode="json") for hit in found]}
 
     async def _context(self, db: AsyncSession) -> ToolResult:
         counts = await tasks.task_counts(db=db, user=self.owner)

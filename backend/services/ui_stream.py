@@ -7,13 +7,16 @@ know and never a null. A turn's answer goes out as
 
     start (messageId = our assistant message id, metadata: session_id)
     start-step, [text-start, text-delta..., text-end], tool-input-available,
-        tool-output-available | tool-output-error, ..., finish-step     (per model answer)
+        tool-output-available | tool-output-error, [source-document...], ...,
+        finish-step                                                     (per model answer)
     finish (metadata: session_id, using_stub, usage)  |  error (errorText)
     [DONE]
 
-each as one `data: {json}` server-sent event. The stream of a running turn is kept until
-the turn ends, so a client that reconnects (`useChat({resume: true})`) is told it again
-from the start and then follows it.
+each as one `data: {json}` server-sent event. A `search_documents` output is followed by a
+`source-document` chunk per document section it found (once an answer), the AI SDK's own
+part for a cited document, which `useChat` shows with no adapter. The stream of a running
+turn is kept until the turn ends, so a client that reconnects (`useChat({resume: true})`)
+is told it again from the start and then follows it.
 
 A call held for the person's yes (approvals.py) is told one of two ways:
 - in words, by default (`ai` 5 rejects chunk types it does not know): the held call is
@@ -46,7 +49,7 @@ from backend.models.ui import UIChatRequest, UIMessagePublic
 from backend.services import approvals, sessions, turns
 from backend.services.agent import OpenAIAgentService, Turn
 from backend.services.idempotency import Replay
-from backend.services.tools import error
+from backend.services.tools import error, passage_citation, passage_source
 
 HEADERS = {
     "content-type": "text/event-stream",
@@ -55,6 +58,9 @@ HEADERS = {
     "x-accel-buffering": "no",
 }
 _DONE = "data: [DONE]\n\n"
+# What a source's text is: every document is kept as Markdown (plain text is Markdown too),
+# whatever it was uploaded as, and a passage is a piece of that.
+PASSAGE_MEDIA_TYPE = "text/markdown"
 _EXPIRED = "Nobody answered in time, so this was not done."
 
 # Who reads a frame: the client that posted (and its idempotent retries), or one that
@@ -93,6 +99,7 @@ class UIMessageStream:
         self._texts = 0
         self._answer_text = ""  # text told since the last tool call: the final answer
         self._asked = False  # a card asked about a held call: its question is not told
+        self._sourced: set[str] = set()  # the passages told as sources, by sourceId
         start: dict[str, Any] = {"type": "start"}
         if message_id:
             start["messageId"] = message_id
@@ -166,6 +173,8 @@ class UIMessageStream:
             self._push(_tool_output(call_id, result), only="resumed")
         elif event == "tool_result":
             self._push(_tool_output(data["tool_call_id"], data["result"]))
+            for source in sources(data["name"], data["result"], self._sourced):
+                self._push(source)
         elif event == "done":
             # A reply the agent wrote itself (a summary of what the tools did) is not
             # streamed as deltas; the client still gets it as the answer's text.
@@ -303,6 +312,28 @@ def _tool_output(
     return {"type": "tool-output-available", "toolCallId": call_id, "output": result}
 
 
+def sources(name: str, result: Mapping[str, Any], told: set[str]) -> list[dict[str, Any]]:
+    """The `source-document` chunks of the passages a `search_documents` result holds, each
+    once an answer (`told`: the sourceIds told already). A chunk and the part it becomes
+    have the same fields, so the history tells them as the stream did."""
+    passages = result.get("passages") if name == "search_documents" else None
+    chunks: list[dict[str, Any]] = []
+    for passage in passages if isinstance(passages, list) else ():
+        source_id = passage_source(passage)
+        if source_id in told:
+            continue
+        told.add(source_id)
+        chunks.append(
+            {
+                "type": "source-document",
+                "sourceId": source_id,
+                "mediaType": PASSAGE_MEDIA_TYPE,
+                "title": passage_citation(passage),
+            }
+        )
+    return chunks
+
+
 async def history(
     *, db: AsyncSession, owner: str, session_id: uuid.UUID, limit: int, cursor: str | None
 ) -> list[UIMessagePublic]:
@@ -365,6 +396,7 @@ def _ui_message(
     interrupted = {"result": error("This call was interrupted.")}
     parts: list[dict[str, Any]] = [{"type": "step-start"}]
     asked_about: list[approvals.HeldCall | None] = []  # the held calls (None: not known)
+    sourced: set[str] = set()
     for call in row.tool_calls or ():
         record = records.get(call["id"], interrupted)
         approval_id = _approval_id(record)
@@ -374,6 +406,7 @@ def _ui_message(
             asked_about.append(held.get(approval_id))
             part = _held(call, record, approval_id, held.get(approval_id))
         parts.append({"type": f"tool-{call['name']}", "toolCallId": call["id"]} | part)
+        parts += sources(call["name"], record["result"], sourced)
     text = _without_question(row.content or "", asked_about)
     if text:
         if row.tool_calls and not row.using_stub:

@@ -229,6 +229,30 @@ export class Api {
     return this.json(`/invitations/${encodeURIComponent(token)}/accept`, { method: "POST" });
   }
 
+  /** The documents the user reads, newest first: {data: [...]} (of one list when given). */
+  documents(listId = null) {
+    return this.json(listId ? `/documents?list_id=${encodeURIComponent(listId)}` : "/documents");
+  }
+  /** One document with its `text` (Markdown or plain text). */
+  document(id) {
+    return this.json(`/documents/${id}`);
+  }
+  /** A file (a File or Blob) as a new document of `listId` (null: the Inbox). */
+  async uploadDocument(file, listId = null) {
+    const form = new FormData();
+    form.append("file", file, file.name);
+    if (listId) form.append("list_id", listId);
+    const response = await send(`${this.root}/documents`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${this.token}` }, // the browser sets the multipart type
+      body: form,
+    });
+    return response.json();
+  }
+  deleteDocument(id) {
+    return this.json(`/documents/${id}`, { method: "DELETE" });
+  }
+
   settings() {
     return this.json("/settings");
   }

@@ -25,6 +25,7 @@ const state = {
   sharing: null, // the list whose share dialog is open
   invitation: null, // the invite link made in the share dialog: {listId, token}
   leaving: null, // the list the user is leaving: no "you were removed" notice for it
+  viewing: null, // the document open in the viewer
 };
 
 function el(tag, { className, text, attrs } = {}, children = []) {
@@ -104,6 +105,8 @@ function signOut(reason = "") {
   stopFollowing();
   if ($("#settings").open) $("#settings").close();
   if ($("#task-editor").open) $("#task-editor").close();
+  if ($("#document-viewer").open) $("#document-viewer").close();
+  $("#document-list").replaceChildren();
   forgetLists();
   sessionStorage.removeItem(STORAGE_KEY);
   state.api = null;
@@ -133,6 +136,7 @@ function signIn({ token, userId, name }) {
   state.owner = userId;
   state.listsReady = refreshLists();
   refreshTasks();
+  refreshDocuments();
   refreshSessions();
   follow();
   $("#message").focus();
@@ -208,6 +212,7 @@ function activityText(call, result) {
   }
   if (Array.isArray(r.todos)) return `Listed ${r.todos.length} of ${r.total} tasks`;
   if (Array.isArray(r.lists)) return `Listed your ${r.lists.length} lists`;
+  if (Array.isArray(r.passages)) return `Searched your documents (${r.passages.length} passages)`;
   if (call.name === "get_user_context" && result) return "Checked your task counts and local time";
   if (!result) return `${call.name}…`;
   return `Used ${call.name}`;
@@ -245,6 +250,32 @@ function showActivity(message, call, result) {
   }
   item.textContent = activityText(call, result);
   item.classList.toggle("failed", result?.result?.status === "error");
+  showSources(message, result?.result?.passages);
+}
+
+/** "Lease › Pets": a passage named as answers name it. */
+function citation(passage) {
+  const { title, heading } = passage;
+  if (!heading || heading === title) return title;
+  return heading.startsWith(`${title} › `) ? heading : `${title} › ${heading}`;
+}
+
+/** Under an answer, a link to each document section its searches found, once each. */
+function showSources(message, passages) {
+  if (!Array.isArray(passages)) return;
+  let list = message.querySelector(".sources");
+  if (!list) {
+    list = el("ul", { className: "sources", attrs: { "aria-label": "Sources" } });
+    message.append(list);
+  }
+  for (const passage of passages) {
+    const named = citation(passage);
+    const key = `${passage.document_id} ${named}`;
+    if ([...list.children].some((item) => item.dataset.source === key)) continue;
+    const link = el("button", { className: "link", text: named, attrs: { type: "button", "data-document": passage.document_id } });
+    link.addEventListener("click", () => openDocument(passage.document_id));
+    list.append(el("li", { attrs: { "data-source": key } }, [link]));
+  }
 }
 
 // ---------------------------------------------------------------- held calls: Approve / Deny
@@ -745,6 +776,137 @@ async function changeTask(change) {
   refreshTasks();
 }
 
+// ---------------------------------------------------------------- documents
+
+const KIB = 1024;
+const documentSize = (bytes) =>
+  bytes < KIB ? `${bytes} B` : bytes < KIB * KIB ? `${Math.round(bytes / KIB)} KB` : `${(bytes / KIB / KIB).toFixed(1)} MB`;
+
+/** Where a document added now goes: the list on show if the user may add to it, else the Inbox. */
+const documentTarget = () => (state.listId && canWrite(state.listId) ? state.listId : null);
+
+let documentsRequest = 0;
+/** The documents of the list on show (all the user reads when no list is chosen). */
+async function refreshDocuments() {
+  if (!state.api) return;
+  const ticket = ++documentsRequest;
+  const trash = $("#task-filter").value === "trash";
+  $("#documents").hidden = trash;
+  if (trash) return;
+  try {
+    const page = await state.api.documents(state.listId);
+    await state.listsReady; // what the user may do follows their role in each list
+    if (ticket !== documentsRequest) return;
+    $("#document-list").replaceChildren(...page.data.map(documentItem));
+    $("#document-count").textContent = `(${page.data.length})`;
+    $("#document-pick").hidden = Boolean(state.listId && !canWrite(state.listId));
+  } catch (error) {
+    if (ticket === documentsRequest && !listGone(error)) documentProblem(error);
+  }
+}
+
+function documentItem(doc) {
+  const open = el("button", {
+    className: "open link",
+    text: doc.title,
+    attrs: { type: "button", "aria-label": `Read ${doc.title}`, "data-document": doc.id },
+  });
+  open.addEventListener("click", () => openDocument(doc.id));
+  const item = el("li", { attrs: { "data-id": doc.id } }, [open, el("span", { className: "size", text: documentSize(doc.bytes) })]);
+  if (canWrite(doc.list_id)) {
+    const remove = el("button", { className: "icon", text: "✕", attrs: { type: "button", "aria-label": `Delete ${doc.title}` } });
+    remove.addEventListener("click", () => deleteDocument(doc));
+    item.append(remove);
+  }
+  return item;
+}
+
+/** A refused document says the service's reason (too large, not what it says it is, ...). */
+function documentProblem(error) {
+  if (!(error instanceof ApiError) || [0, 401, 429, 503].includes(error.status)) return showError(error);
+  $("#documents-error").textContent = typeof error.detail === "string" ? error.detail : describe(error);
+  $("#documents-error").hidden = false;
+}
+
+/** Files chosen or dropped: each becomes a document; a refused one says why. */
+async function uploadDocuments(files) {
+  $("#documents-error").hidden = true;
+  for (const file of files) {
+    try {
+      const added = await state.api.uploadDocument(file, documentTarget());
+      notice(`Added the document “${added.title}”.`);
+    } catch (error) {
+      documentProblem(error);
+    }
+  }
+  refreshDocuments();
+}
+
+/** The document in the viewer, as text: whatever markup it holds is shown, never run. */
+async function openDocument(id) {
+  $("#document-error").hidden = true;
+  try {
+    const doc = await state.api.document(id);
+    state.viewing = doc;
+    $("#document-title").textContent = doc.title;
+    $("#document-meta").textContent = `${doc.media_type}, ${documentSize(doc.bytes)}, ${listOf(doc.list_id)?.name ?? ""}`;
+    $("#document-text").textContent = doc.text;
+    $("#document-delete").hidden = !canWrite(doc.list_id);
+    if (!$("#document-viewer").open) $("#document-viewer").showModal();
+  } catch (error) {
+    documentProblem(error);
+  }
+}
+
+async function deleteDocument(doc) {
+  if (!confirm(`Delete the document “${doc.title}”? It cannot be restored.`)) return;
+  try {
+    await state.api.deleteDocument(doc.id);
+    if (state.viewing?.id === doc.id) $("#document-viewer").close();
+  } catch (error) {
+    if ($("#document-viewer").open) {
+      $("#document-error").textContent = describe(error);
+      $("#document-error").hidden = false;
+    } else documentProblem(error);
+  }
+  refreshDocuments();
+}
+
+/** document.* events: the list follows; a document deleted elsewhere leaves the viewer. */
+function onDocumentEvent(type, data) {
+  if (type === "document.deleted" && state.viewing?.id === data.document_id && $("#document-viewer").open) {
+    $("#document-viewer").close();
+    notice(`“${data.title}” was deleted.`);
+  }
+  refreshDocuments();
+}
+
+const carriesFiles = (event) => [...(event.dataTransfer?.types ?? [])].includes("Files");
+
+function startDocuments() {
+  $("#document-file").addEventListener("change", (event) => {
+    uploadDocuments([...event.target.files]);
+    event.target.value = ""; // choosing the same file again is a change too
+  });
+  $("#document-delete").addEventListener("click", () => state.viewing && deleteDocument(state.viewing));
+  $("#document-viewer").addEventListener("close", () => (state.viewing = null));
+  // A file dropped anywhere on the page is a document of the list on show.
+  document.addEventListener("dragover", (event) => {
+    if (!carriesFiles(event) || !state.api) return;
+    event.preventDefault(); // lets the drop happen here rather than the browser opening the file
+    document.body.classList.add("dropping");
+  });
+  document.addEventListener("dragleave", (event) => {
+    if (event.relatedTarget === null) document.body.classList.remove("dropping");
+  });
+  document.addEventListener("drop", (event) => {
+    document.body.classList.remove("dropping");
+    if (!carriesFiles(event) || !state.api) return;
+    event.preventDefault();
+    uploadDocuments([...event.dataTransfer.files]);
+  });
+}
+
 // ---------------------------------------------------------------- the task editor
 
 /** A Date as the value of a datetime-local input (the browser's local time). */
@@ -965,6 +1127,7 @@ function selectList(listId) {
   hideRename();
   drawLists();
   refreshTasks();
+  refreshDocuments();
 }
 
 /** Above the tasks: the list's name, the user's role, and what they may do with it. */
@@ -996,8 +1159,10 @@ function dropList(listId) {
   if (state.sharing === listId && $("#share").open) $("#share").close();
   if (state.listId === listId) state.listId = null;
   for (const item of $("#task-list").querySelectorAll(`[data-list="${CSS.escape(listId)}"]`)) item.remove();
+  if (state.viewing?.list_id === listId && $("#document-viewer").open) $("#document-viewer").close();
   drawLists();
   refreshTasks();
+  refreshDocuments();
 }
 
 /** The list on show answered 404 (gone elsewhere): show all tasks instead. */
@@ -1406,6 +1571,7 @@ function refreshSoon() {
 function onLiveEvent(type, event) {
   if (type === "reminder.due") showReminder(event.data);
   if (type.startsWith("list.")) onListEvent(type, event.data);
+  if (type.startsWith("document.")) onDocumentEvent(type, event.data);
   if (type.startsWith("task.") || type.startsWith("list.") || type === "reminder.due") refreshSoon();
 }
 
@@ -1814,7 +1980,8 @@ function start() {
     $("#message").focus();
   });
   $("#more-sessions").addEventListener("click", () => refreshSessions(true));
-  $("#task-filter").addEventListener("change", refreshTasks);
+  $("#task-filter").addEventListener("change", () => (refreshTasks(), refreshDocuments()));
+  startDocuments();
   $("#empty-trash").addEventListener("click", emptyTrash);
   startLists();
   for (const button of document.querySelectorAll("[data-show]")) {

@@ -21,11 +21,13 @@ from backend.services.stub.commands import (
     Undo,
     UpdateTask,
 )
+from backend.services.stub.entities import Reminder
 from backend.services.stub.executor import _on_schedule
 from backend.services.stub.resolver import best_matches
 from backend.services.stub.understanding import parse, split_items
 
 NOW = datetime(2026, 11, 23, 10, 30)  # a Monday
+MINUTE, DAY = timedelta(minutes=1), timedelta(days=1)
 
 
 @pytest.mark.parametrize(
@@ -93,6 +95,24 @@ def test_times_of_day_are_read_with_or_without_a_day(
     text: str, rest: str, due: date | datetime | None
 ) -> None:
     assert entities.take_date(text, NOW) == (rest, due)
+
+
+@pytest.mark.parametrize(
+    ("typed", "text", "rest", "due"),
+    [
+        ("mow the lawn sun p2", "mow the lawn sun", "mow the lawn", date(2026, 11, 29)),
+        ("call mum mon #family", "call mum mon", "call mum", date(2026, 11, 30)),
+        ("p1 dentist sat", "dentist sat", "dentist", date(2026, 11, 28)),
+        ("buy sun cream p2", "buy sun cream", "buy sun cream", None),
+        ("fix the sat nav p3", "fix the sat nav", "fix the sat nav", None),
+        ("report wed", "report wed", "report wed", None),  # no mark: a word
+    ],
+)
+def test_a_short_day_name_ending_a_marked_task_is_a_day(
+    typed: str, text: str, rest: str, due: date | None
+) -> None:
+    """`text` is `typed` without its marks, as the executor reads the date after them."""
+    assert entities.take_date(text, NOW, quick=entities.marked(typed)) == (rest, due)
 
 
 def test_a_day_of_the_year_said_on_that_day_is_today_not_next_year() -> None:
@@ -172,15 +192,23 @@ def test_tags_are_read_and_taken_out(text: str, rest: str, tags: list[str]) -> N
 @pytest.mark.parametrize(
     ("text", "rest", "before"),
     [
-        ("dentist at 3pm, remind me 30 minutes before", "dentist at 3pm", timedelta(minutes=30)),
-        ("bins monday and remind me a day before", "bins monday", timedelta(days=1)),
-        ("call Al, with a reminder an hour ahead", "call Al", timedelta(hours=1)),
-        ("call Al, ping me half an hour early", "call Al", timedelta(minutes=30)),
+        ("dentist at 3pm, remind me 30 minutes before", "dentist at 3pm", Reminder(30 * MINUTE)),
+        ("bins monday and remind me a day before", "bins monday", Reminder(DAY)),
+        ("call Al, with a reminder an hour ahead", "call Al", Reminder(60 * MINUTE)),
+        ("call Al, ping me half an hour early", "call Al", Reminder(30 * MINUTE)),
         ("remind me to call Al", "remind me to call Al", None),
+        # a time of day on a day before the due day, or on the day itself
+        ("vet monday 9am, ping me the evening before", "vet monday 9am", Reminder(DAY, time(18))),
+        ("vet at 9, remind me the night before", "vet at 9", Reminder(DAY, time(20))),
+        ("gig friday, remind me the day before at 6pm", "gig friday", Reminder(DAY, time(18))),
+        ("exam at 2pm, nudge me the morning of", "exam at 2pm", Reminder(at=time(9))),
+        ("exam, give me a heads-up 2 days before", "exam", Reminder(2 * DAY)),
+        ("vet, remind me 2 hours before at 6pm", "vet, remind me 2 hours before at 6pm", None),
+        ("prep the evening before the exam", "prep the evening before the exam", None),
     ],
 )
 def test_reminders_before_the_due_time_are_read_and_taken_out(
-    text: str, rest: str, before: timedelta | None
+    text: str, rest: str, before: Reminder | None
 ) -> None:
     assert entities.take_reminder(text) == (rest, before)
 
@@ -300,6 +328,34 @@ def test_several_tasks_are_split_where_a_human_reads_several(text: str, items: l
         ),
         ("pick up the kids at 3pm — add it", [AddTask("pick up the kids at 3pm")]),
         ("call the vet is done", [SetCompleted("call the vet", completed=True)]),
+        # a reminder on a task by name, said before or after it
+        (
+            "ping me the evening before the vet",
+            [UpdateTask("the vet", "remind", "the evening before")],
+        ),
+        (
+            "remind me about the plumber the day before",
+            [UpdateTask("the plumber", "remind", "the day before")],
+        ),
+        ("nudge me the morning of it", [UpdateTask("it", "remind", "the morning of")]),
+        # a repeat ended in words
+        ("no more repeats for the yoga", [UpdateTask("the yoga", "repeat", "never")]),
+        ("the bins are a one-off now", [UpdateTask("the bins", "repeat", "never")]),
+        ("stop the yoga from repeating", [UpdateTask("the yoga", "repeat", "never")]),
+        ("i don't want the gym to repeat", [UpdateTask("the gym", "repeat", "never")]),
+        # "it" moved to a time; a deed done; a request beside chatter
+        ("could you push it to 8 pm instead", [UpdateTask("it", "due", "at 8 pm")]),
+        ("make it friday", [UpdateTask("it", "due", "friday")]),
+        ("finished that one", [SetCompleted("that one", completed=True)]),
+        ("done the second one", [SetCompleted("the second one", completed=True)]),
+        ("I put the bins out", [SetCompleted("put the bins out", completed=True)]),
+        ("put the bins out tomorrow", [AddTask("put the bins out tomorrow")]),
+        ("ugh I always forget lol. add buy a charger", [AddTask("buy a charger")]),
+        ("so tired. whatever", []),
+        (
+            "move the dentist to the spring. add milk",
+            [UpdateTask("the dentist", "list", "the spring"), AddTask("milk")],
+        ),
     ],
 )
 def test_messages_become_typed_commands(message: str, commands: list[Command]) -> None:

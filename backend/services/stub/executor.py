@@ -103,7 +103,7 @@ def _repeat_due(
 
 # A task due on a day rather than at a time is due at the day's end, too late to act on:
 # its reminder is that morning, before the offset.
-REMIND_HOUR = time(9)
+REMIND_HOUR = entities.PARTS_OF_DAY["morning"]
 
 
 def _anchor(due: entities.Due) -> datetime:
@@ -111,9 +111,13 @@ def _anchor(due: entities.Due) -> datetime:
     return due if isinstance(due, datetime) else datetime.combine(due, REMIND_HOUR)
 
 
-def _remind_at(due: entities.Due, before: timedelta, now: datetime) -> datetime | None:
-    """The reminder `before` a due time, unless that has passed."""
-    at = _anchor(due) - before
+def _remind_at(due: entities.Due, when: entities.Reminder, now: datetime) -> datetime | None:
+    """The reminder `when` says for a due time, unless that has passed."""
+    if when.at is not None:  # "the evening before": a time of day, days before the due day
+        day = due.date() if isinstance(due, datetime) else due
+        at = datetime.combine(day - timedelta(days=when.before.days), when.at)
+    else:
+        at = _anchor(due) - when.before
     return at if at > now.replace(tzinfo=None) else None
 
 
@@ -192,21 +196,22 @@ class Executor:
         return replace(said, title=text)
 
     async def _extras(self, text: str, remind: bool) -> Said:
+        quick = entities.marked(text)
         text, tags = entities.take_tags(_LIST_SUFFIX.sub("", text))
-        text, before = entities.take_reminder(text, bare=remind)
+        text, when = entities.take_reminder(text, bare=remind)
         text, level = entities.take_priority(text)
         text = _LIST_SUFFIX.sub("", text)
         text, repeat = entities.take_repeat(text)
         due = None
         if entities.might_be_date(text):
-            text, due = entities.take_date(text, await self.now())
+            text, due = entities.take_date(text, await self.now(), quick=quick)
         if repeat is not None:
             due = _repeat_due(repeat, due, await self.now(), self._tz)
-        if before is None and remind:
-            before = timedelta(0)  # "remind me to ...": at the due time
+        if when is None and remind:
+            when = entities.Reminder()  # "remind me to ...": at the due time
         remind_at = None
-        if due is not None and before is not None:
-            remind_at = _remind_at(due, before, await self.now())
+        if due is not None and when is not None:
+            remind_at = _remind_at(due, when, await self.now())
         return Said(text, due, level, tuple(tags), remind_at, repeat)
 
     # -- adding ---------------------------------------------------------------------------
@@ -347,22 +352,22 @@ class Executor:
             # where that has passed, it is at the due time (the tools cannot clear one).
             if (offset := _reminder_offset(target.todo or {})) is not None:
                 new_due = _read_due(changes["due_at"])
-                kept = _remind_at(new_due, offset, now)
-                remind = kept or _remind_at(new_due, timedelta(0), now)
+                kept = _remind_at(new_due, entities.Reminder(offset), now)
+                remind = kept or _remind_at(new_due, entities.Reminder(), now)
                 if remind is not None:
                     changes["remind_at"] = remind.isoformat(timespec="minutes")
                 if kept is None and remind is not None:
                     note = " Its reminder is at the due time now: earlier would have passed."
         elif command.field == "remind":
             target = await self._resolver.find(command.ref, resolver.UPDATE, look_up=True)
-            before = entities.reminder_before(command.value) or timedelta(0)
+            when = entities.read_reminder(command.value) or entities.Reminder()
             due = _due_of(target.todo or {})
             if due is None:
                 return (
                     f"Task {target.todo_id} has no due time to remind you before. Give it one "
                     f'first, for example: "Move task {target.todo_id} to Friday at 3pm".'
                 )
-            remind_at = _remind_at(due, before, await self.now())
+            remind_at = _remind_at(due, when, await self.now())
             if remind_at is None:
                 return "That reminder would already have passed, so I left the task as it is."
             changes["remind_at"] = remind_at.isoformat(timespec="minutes")

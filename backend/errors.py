@@ -66,6 +66,10 @@ class ListNotFound(NotFound):
     detail = "List not found."
 
 
+class DocumentNotFound(NotFound):
+    detail = "Document not found."
+
+
 class InvitationNotFound(NotFound):
     detail = "No such invitation (it may have been used, revoked or have expired)."
 
@@ -77,6 +81,22 @@ class ApprovalNotFound(NotFound):
 class StepsHaveNoSteps(DomainError):
     status_code = 422
     detail = "That task is a step; a step cannot have steps of its own."
+
+
+class UnreadableDocument(DomainError):
+    """A file that is not what it says, empty, not UTF-8, encrypted, without text, or one
+    its parser could not read within the time and memory it is given."""
+
+    status_code = 422
+    detail = "The document cannot be read."
+
+
+class UnsupportedDocumentType(DomainError):
+    status_code = 415
+    detail = (
+        "Documents are Markdown (.md), plain text (.txt), HTML (.html) or PDF (.pdf); "
+        "this file is none of them."
+    )
 
 
 class NotAMember(DomainError):
@@ -163,6 +183,12 @@ class IdempotencyKeyReused(DomainError):
 class PayloadTooLarge(DomainError):
     status_code = 413
     detail = "Request body too large."
+
+
+class DocumentTooLarge(PayloadTooLarge):
+    """A document over DOCUMENT_MAX_BYTES, or past its list owner's DOCUMENT_QUOTA_BYTES."""
+
+    detail = "The document is too large."
 
 
 class RetryLater(DomainError):

@@ -21,6 +21,7 @@ from backend.routers import (
     chat,
     chat_ui,
     dev,
+    documents,
     events,
     health,
     hooks,
@@ -36,6 +37,10 @@ from backend.routers import settings as user_settings
 from backend.settings import Settings, load_settings
 
 _IMPORT_PATH = re.compile(r"/api/[^/]+/import")
+_DOCUMENTS_PATH = re.compile(r"/api/[^/]+/documents")
+_DOCUMENT_PATH = re.compile(r"/api/[^/]+/documents/[^/]+")
+# A document's file with the multipart envelope around it (its headers, the form fields).
+_MULTIPART_OVERHEAD = 64 * 1024
 
 
 class _App(FastAPI):
@@ -93,7 +98,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.max_request_bytes = settings.max_request_bytes
     # An export document brought back is as large as the account it came from.
-    app.larger_bodies = [BodyLimit("POST", _IMPORT_PATH, settings.import_max_bytes)]
+    document_bytes = settings.document_max_bytes + _MULTIPART_OVERHEAD
+    app.larger_bodies = [
+        BodyLimit("POST", _IMPORT_PATH, settings.import_max_bytes),
+        BodyLimit("POST", _DOCUMENTS_PATH, document_bytes),
+        BodyLimit("PUT", _DOCUMENT_PATH, document_bytes),
+    ]
     install_error_handlers(app)
     # Added before the CORS middleware, so that it runs inside it: see ChatFastPath.
     app.add_middleware(ChatFastPath)
@@ -122,6 +132,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         tasks,
         trash,
         lists,
+        documents,
         events,
         calendar,
         user_settings,

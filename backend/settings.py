@@ -76,6 +76,10 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(default=64 * 1024, ge=1024)
     # POST /api/{user_id}/import takes a whole export document: its own, larger cap.
     import_max_bytes: int = Field(default=50 * 1024 * 1024, ge=1024)
+    # Documents (docs/documents.md): the largest file, and the bytes of documents a list
+    # owner's lists may hold together, whoever uploaded them.
+    document_max_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
+    document_quota_bytes: int = Field(default=100 * 1024 * 1024, ge=1024)
 
     chat_rate_limit_per_minute: int = Field(default=30, ge=0)
     chat_busy_policy: Literal["wait", "reject"] = "wait"

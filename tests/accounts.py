@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.conftest import auth
 from tests.factories import make_task
 
+PACKING = "# Packing\n\n## Papers\n\n- [ ] passport\n- [x] tickets\n\n## Clothes\n\nWarm socks."
 OWN_TITLES = ("Move flat", "Pack boxes", "Book van", "Weekly review", "Old idea", "Milk", "Bread",
               "Buy eggs")  # fmt: skip
 
@@ -46,9 +47,9 @@ async def share(client: httpx.AsyncClient, *, owner: str, list_id: str, member: 
 
 async def furnish(client: httpx.AsyncClient, *, user: str, friend: str) -> Furnished:
     """Settings, a calendar feed, the Inbox and a list shared with the friend, the friend's
-    list shared with the user, tasks with steps, repetition, a reminder and the trash, a
-    conversation with tool calls, a held call and an undo record; the friend's own
-    conversation and tasks."""
+    list shared with the user, documents in both, tasks with steps, repetition, a reminder
+    and the trash, a conversation with tool calls, a held call and an undo record; the
+    friend's own conversation and tasks."""
     response = await client.patch(
         f"/api/{user}/settings",
         json={
@@ -99,6 +100,18 @@ async def furnish(client: httpx.AsyncClient, *, user: str, friend: str) -> Furni
     )
     assert response.status_code == 200, response.text
 
+    # Documents: the user's in their list, the user's in the friend's list (the friend's),
+    # the friend's own.
+    await _post(client, user, "/documents", {"title": "Packing list", "list_id": groceries["id"],
+                                             "text": PACKING})  # fmt: skip
+    await _post(client, user, "/documents", {"title": "Ada's tips", "list_id": plans["id"],
+                                             "text": "Bring snacks."})  # fmt: skip
+    diary = {
+        "title": "Friend diary",
+        "list_id": plans["id"],
+        "text": "The surprise party is on Friday.",
+    }
+    await _post(client, friend, "/documents", diary)
     # A conversation (the stub): a tool call with its result and undo record, then a delete
     # held for a yes.
     first = await _post(client, user, "/chat", {"message": "add buy eggs"})
@@ -117,7 +130,7 @@ async def furnish(client: httpx.AsyncClient, *, user: str, friend: str) -> Furni
         calendar_secret=secret,
         own_titles=set(OWN_TITLES),
         friend_titles={"Friend secret plan", "Ada helps out"},
-        friend_words={"Call the plumber about the leak", "plumber"},
+        friend_words={"Call the plumber about the leak", "plumber", "surprise party"},
         shared_list=groceries["id"],
         friends_list=plans["id"],
         task_ids=ids,

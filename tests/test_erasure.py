@@ -163,6 +163,25 @@ async def test_after_an_erasure_only_the_user_deleted_event_holds_the_id(
         ).one()
     assert {row.type for row in told} >= {"list.deleted", "list.member_removed"}
     assert tuple(kept) == (None, None)
+    # Their documents went with their lists, every passage too; the one they wrote in the
+    # friend's list stays the friend's, with nobody's name on it.
+    async with engine.connect() as connection:
+        documents = (
+            await connection.execute(
+                text(
+                    "SELECT d.title, d.created_by, count(p.id) FROM documents d"
+                    " LEFT JOIN passages p ON p.document_id = d.id"
+                    " GROUP BY d.id ORDER BY d.title"
+                )
+            )
+        ).all()
+        orphans = await connection.scalar(
+            text(
+                "SELECT count(*) FROM passages WHERE document_id NOT IN (SELECT id FROM documents)"
+            )
+        )
+    assert [tuple(row) for row in documents] == [("Ada's tips", None, 1), ("Friend diary", "bo", 1)]
+    assert orphans == 0
     members = await client.get(f"/api/bo/lists/{account.friends_list}/members", headers=auth("bo"))
     assert [member["user_id"] for member in members.json()["data"]] == ["bo"]
     # Erasing again: nothing left, and no second event.

@@ -13,7 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import Message
 
-from tests.accounts import digest, furnish, seed_messages
+from tests.accounts import PACKING, digest, furnish, seed_messages
 from tests.conftest import auth, token_for
 from tests.servers import run_cli
 
@@ -75,6 +75,13 @@ async def test_the_export_holds_the_users_data_and_never_anothers_or_a_secret(
     assert [task["number"] for task in document["tasks"]] == sorted(
         task["number"] for task in document["tasks"]
     )
+    # Documents: those of their own lists, as text; none of the friend's list (not even the
+    # one the user wrote there).
+    [packing] = document["documents"]
+    assert packing == {
+        "id": packing["id"], "list_id": account.shared_list, "title": "Packing list",
+        "media_type": "text/markdown", "text": PACKING, "created_at": packing["created_at"],
+    }  # fmt: skip
     # The conversation: every message with its tool calls and results, the held call, the
     # undo record.
     [session] = document["sessions"]
@@ -135,6 +142,7 @@ async def test_the_friends_export_has_only_the_friends(client: httpx.AsyncClient
         "Friend plans": "owner",
         "Groceries": "editor",
     }
+    assert sorted(item["title"] for item in document["documents"]) == ["Ada's tips", "Friend diary"]
     assert "ada" not in _strings(document)
     assert all("Eggs" not in json.dumps(s) for s in document["sessions"])
     assert account.calendar_secret not in json.dumps(document)

@@ -64,7 +64,23 @@ async def what_a_person_sees(client: httpx.AsyncClient, user: str) -> dict[str, 
             )
         )
     settings = await _get(client, user, "/settings")
+    documents = [
+        await _get(client, user, f"/documents/{item['id']}")
+        for item in (await _get(client, user, "/documents"))["data"]
+    ]
     return {
+        "documents": sorted(
+            (
+                list_names[item["list_id"]],
+                item["title"],
+                item["media_type"],
+                item["text"],
+                item["passages"],
+                item["created_at"],
+            )
+            for item in documents
+            if item["created_by"] == user
+        ),
         "lists": sorted(
             (item["name"], item["inbox"], item["pending_count"])
             for item in lists
@@ -101,7 +117,9 @@ async def test_a_round_trip_into_a_fresh_account_shows_what_the_person_saw(
     document = await export_of(client, "ada")
     response = await import_into(client, "ada2", document)
     assert response.status_code == 200, response.text
-    assert response.json() == {"lists": 2, "tasks": 8, "sessions": 1, "messages": 4}
+    assert response.json() == {
+        "lists": 2, "tasks": 8, "documents": 1, "sessions": 1, "messages": 4
+    }  # fmt: skip
 
     before, after = (
         await what_a_person_sees(client, "ada"),
@@ -111,7 +129,13 @@ async def test_a_round_trip_into_a_fresh_account_shows_what_the_person_saw(
     # comes by invitation only.
     shared = ("Friend plans",)
     before["tasks"] = [task for task in before["tasks"] if task[0] not in shared]
+    before["documents"] = [item for item in before["documents"] if item[0] not in shared]
     assert after == before
+    # Its documents are cut into passages again, and found.
+    found = await _get(client, "ada2", "/documents/search?q=passport")
+    assert [(hit["title"], hit["heading"]) for hit in found["data"]] == [
+        ("Packing list", "Packing \u203a Papers")
+    ]
     # The same document again, but for the ids and numbers it was given.
     again = await export_of(client, "ada2")
     assert _comparable(again) == _comparable(document, leave_out_shared=True)
@@ -222,6 +246,10 @@ def _half_valid() -> list[tuple[str, dict[str, Any]]]:
          "name": "delete_todo", "arguments": {}, "summary": "Delete it", "state": "pending",
          "created_at": "2030-01-01T09:00:00Z", "expires_at": "2030-01-02T09:00:00Z"},
     ]  # fmt: skip
+    document_elsewhere = _document(documents=[{
+        "id": str(uuid.uuid4()), "list_id": str(uuid.uuid4()), "title": "Notes",
+        "media_type": "text/markdown", "text": "Hello",
+    }])  # fmt: skip
     repeating = _document()
     repeating["tasks"][0]["recurrence"] = "FREQ=DAILY"  # and no due_at
     # Valid to the schema, refused by the database: a NUL in a JSON string.
@@ -232,6 +260,7 @@ def _half_valid() -> list[tuple[str, dict[str, Any]]]:
         ("task in a list shared with the user", shared),
         ("an id twice", twice),
         ("a held call of a message it does not hold", approval),
+        ("a document in a list it does not hold", document_elsewhere),
         ("a repeating task with no due time", repeating),
         ("what the database cannot store", stored),
     ]
@@ -369,3 +398,25 @@ async def test_settings_the_account_has_not_chosen_come_from_the_document(
         "Asia/Tokyo",
         "Be terse.",
     )
+
+
+async def test_documents_past_the_owners_quota_import_nothing(
+    make_settings: Callable[..., Settings], engine: AsyncEngine
+) -> None:
+    inbox = str(uuid.uuid4())
+    notes = [
+        {"id": str(uuid.uuid4()), "list_id": inbox, "title": f"Notes {n}",
+         "media_type": "text/plain", "text": "x" * 1500}
+        for n in range(3)
+    ]  # fmt: skip
+    document = _document(documents=notes)
+    document["lists"][0]["id"] = inbox
+    async with serving(make_settings(document_quota_bytes=4000)) as client:
+        response = await import_into(client, "dee", document)
+        assert response.status_code == 413, response.text
+        assert "quota" in response.json()["detail"]
+        assert (await _get(client, "dee", "/documents"))["data"] == []
+        assert (await _get(client, "dee", "/tasks?status=all"))["data"] == []
+        document["documents"] = notes[:2]
+        assert (await import_into(client, "dee", document)).status_code == 200
+        assert len((await _get(client, "dee", "/documents"))["data"]) == 2

@@ -2,6 +2,7 @@
 
 from backend.models.approval import Approval
 from backend.models.change import TaskChange
+from backend.models.document import Document, Passage
 from backend.models.event import Event
 from backend.models.idempotency import IdempotencyKey
 from backend.models.identity import IdentityWebhookMessage
@@ -15,12 +16,14 @@ __all__ = [
     "AgentMessage",
     "AgentSession",
     "Approval",
+    "Document",
     "Event",
     "IdempotencyKey",
     "IdentityWebhookMessage",
     "ListInvitation",
     "ListMember",
     "McpRequestState",
+    "Passage",
     "Task",
     "TaskChange",
     "TaskNumber",

@@ -32,6 +32,7 @@ _ERRORS: dict[int, dict[str, Any]] = {
     404: {"description": "No such session or task for this user."},
     409: {"description": "The session is busy, or a request with this Idempotency-Key runs."},
     413: {"description": "Request body too large."},
+    415: {"description": "A document of a type that is not read."},
     422: {"description": "Validation failed: a list of problems, or one sentence."},
     429: {"description": "Too many chat messages.", "headers": _RETRY_AFTER},
     503: {

@@ -25,7 +25,8 @@ from backend.models._types import OptionalTimestamp
 EventType = Literal[
     "task.created", "task.updated", "task.completed", "task.reopened", "task.deleted",
     "task.restored", "reminder.due", "list.created", "list.updated", "list.deleted",
-    "list.member_added", "list.member_removed", "user.deleted",
+    "list.member_added", "list.member_removed", "document.created", "document.updated",
+    "document.deleted", "user.deleted",
 ]  # fmt: skip
 
 
@@ -73,14 +74,16 @@ class CloudEvent(BaseModel):
     type: EventType
     time: datetime
     subject: str = PydanticField(
-        description="The task's id (a list's, for list events; the user's, for user.deleted)."
+        description="The task's id (a list's, for list events; a document's, for document "
+        "events; the user's, for user.deleted)."
     )
     datacontenttype: Literal["application/json"] = "application/json"
     data: dict[str, Any] = PydanticField(
         description='{"user_id" (the recipient), "task"} with the recipient\'s own number; for '
         'task.deleted the task\'s id, number and title; for reminder.due also "remind_at" and '
         '"late"; list events carry {"user_id", "list": {"id", "name", "owner_id", "role"}} and, '
-        'for member events, "member"; user.deleted carries {"user_id"} alone (the user erased).'
+        'for member events, "member"; document events carry {"user_id", "document_id", '
+        '"list_id", "title"}; user.deleted carries {"user_id"} alone (the user erased).'
     )
 
 

@@ -1,6 +1,6 @@
 """A person's data as one document (`todo-agent-export/1`): what GET /export writes and
 POST /import reads. ExportDocument -> ExportUser, ExportList, ExportTask (ExportStep),
-ExportSession (ExportMessage, ExportApproval); ImportResult.
+ExportedDocument, ExportSession (ExportMessage, ExportApproval); ImportResult.
 
 Reading is lenient about what it does not know (fields a later version adds are ignored)
 and strict about what it keeps: every value is validated as the API validates it, and a
@@ -19,6 +19,7 @@ from pydantic import Field as PydanticField
 from backend.models._types import Description, Recurrence, Tags, Text, Title
 from backend.models.approval import ApprovalState
 from backend.models.chat import Timezone
+from backend.models.document import DocumentTitle, MediaType
 from backend.models.list import ListName, Role
 from backend.models.session import Role as MessageRole
 from backend.models.task import Priority
@@ -169,9 +170,21 @@ class ExportSession(_Part):
         return self
 
 
+class ExportedDocument(_Part):
+    """A document of one of the person's own lists, as its text."""
+
+    id: uuid.UUID
+    list_id: uuid.UUID
+    title: DocumentTitle
+    media_type: MediaType
+    text: Annotated[Text, StringConstraints(min_length=1)]
+    created_at: Instant | None = None
+
+
 class ExportDocument(_Part):
     """Everything the service holds about one person: their settings, the lists they own
-    with all their tasks (steps under their parent, the trash included), the lists shared
+    with all their tasks (steps under their parent, the trash included) and documents, the
+    lists shared
     with them (name and role only), and every conversation with each message, tool call
     and result. Never a secret; nothing of another person's."""
 
@@ -180,6 +193,7 @@ class ExportDocument(_Part):
     user: ExportUser = PydanticField(default_factory=ExportUser)
     lists: list[ExportList] = PydanticField(default_factory=list)
     tasks: list[ExportTask] = PydanticField(default_factory=list)
+    documents: list[ExportedDocument] = PydanticField(default_factory=list)
     sessions: list[ExportSession] = PydanticField(default_factory=list)
 
     @model_validator(mode="after")
@@ -194,6 +208,13 @@ class ExportDocument(_Part):
             if task.list_id not in owned:
                 raise ValueError(
                     f"task {task.id} is in list {task.list_id}, which is not one of the "
+                    "document's own lists"
+                )
+        _unique("document", (item.id for item in self.documents))
+        for item in self.documents:
+            if item.list_id not in owned:
+                raise ValueError(
+                    f"document {item.id} is in list {item.list_id}, which is not one of the "
                     "document's own lists"
                 )
         _unique("session", (session.id for session in self.sessions))
@@ -213,5 +234,6 @@ class ImportResult(BaseModel):
 
     lists: int
     tasks: int
+    documents: int = 0
     sessions: int
     messages: int

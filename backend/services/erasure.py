@@ -13,9 +13,10 @@ The order is the design:
    does); the reminders still pending in their lists are cleared.
 2. **Batches** of at most BATCH rows each, every one its own transaction: their undo
    records, held calls, messages (session by session) and sessions, the tasks of their
-   lists (steps go with their parent) and the lists, idempotency records, events,
-   answered MCP questions; then, as the worker (these rows are in others' lists, which the
-   user no longer reaches), their name comes off the tasks they made or were given there,
+   lists (steps go with their parent), their documents (passages first) and the lists,
+   idempotency records, events, answered MCP questions; then, as the worker (these rows
+   are in others' lists, which the user no longer reaches), their name comes off the tasks
+   (and documents) they made or were given there,
    and their id out of others' events and undo records.
    Each batch ends by renewing the mark: should it be gone (another erasure of the same
    user finished, and a new account was made since), the batch rolls back and the
@@ -83,6 +84,11 @@ _STEPS: list[tuple[str, str, bool]] = [
      " (SELECT id FROM lists WHERE owner_id = :me) AND parent_id IS NULL LIMIT :n)", False),
     ("tasks", "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE list_id IN"
      " (SELECT id FROM lists WHERE owner_id = :me) LIMIT :n)", False),
+    # Their lists' documents: the passages first (there may be thousands to a document).
+    ("passages", "DELETE FROM passages WHERE id IN (SELECT id FROM passages WHERE list_id IN"
+     " (SELECT id FROM lists WHERE owner_id = :me) LIMIT :n)", False),
+    ("documents", "DELETE FROM documents WHERE id IN (SELECT id FROM documents WHERE list_id IN"
+     " (SELECT id FROM lists WHERE owner_id = :me) LIMIT :n)", False),
     ("lists", "DELETE FROM lists WHERE id IN"
      " (SELECT id FROM lists WHERE owner_id = :me LIMIT :n)", False),
     ("idempotency_keys", "DELETE FROM idempotency_keys WHERE (user_id, key) IN"
@@ -95,6 +101,8 @@ _STEPS: list[tuple[str, str, bool]] = [
      " (SELECT id FROM tasks WHERE created_by = :me LIMIT :n)", True),
     ("assignee_id", "UPDATE tasks SET assignee_id = NULL, updated_at = now() WHERE id IN"
      " (SELECT id FROM tasks WHERE assignee_id = :me LIMIT :n)", True),
+    ("documents' created_by", "UPDATE documents SET created_by = NULL WHERE id IN"
+     " (SELECT id FROM documents WHERE created_by = :me LIMIT :n)", True),
     # What others keep that names them (their own rows went above): the events of their
     # lists' members (a task they were given, their leaving) and those members' undo
     # records (so an undo restores no one who is gone, and sees no change in the way).

@@ -38,6 +38,7 @@ from backend.models.list import ListMember, TodoList
 from backend.models.portability import (
     FORMAT,
     ExportDocument,
+    ExportedDocument,
     ExportList,
     ExportSession,
     ExportStep,
@@ -47,6 +48,8 @@ from backend.models.session import AgentMessage, AgentSession
 from backend.models.task import Task
 from backend.models.user import User
 from backend.services import access, approvals, lists, recurrence
+from backend.services.documents import reading
+from backend.services.documents import store as documents
 from backend.settings import Settings
 
 CHUNK = 64 * 1024
@@ -102,6 +105,15 @@ _TASKS = text(
     WHERE t.list_id IN (SELECT id FROM lists WHERE owner_id = :me)
     ORDER BY COALESCE(p.number, n.number), COALESCE(t.parent_id, t.id), t.parent_id IS NOT NULL,
              n.number, t.created_at, t.id
+    """
+)
+_DOCUMENTS = text(
+    """
+    SELECT json_build_object(
+        'id', id, 'list_id', list_id, 'title', title, 'media_type', media_type, 'text', text,
+        'created_at', created_at)::text
+    FROM documents WHERE list_id IN (SELECT id FROM lists WHERE owner_id = :me)
+    ORDER BY created_at, id
     """
 )
 _SESSIONS = text(
@@ -205,7 +217,13 @@ async def _document(
         first = False
         if out.add(piece):
             yield out.take()
-    out.add(']}],"sessions":[' if open_steps else '],"sessions":[')
+    out.add(']}],"documents":[' if open_steps else '],"documents":[')
+    first = True
+    async for value in _values(db, _DOCUMENTS, me):
+        if out.add(value if first else "," + value):
+            yield out.take()
+        first = False
+    out.add('],"sessions":[')
     after: tuple[datetime, uuid.UUID] = (_NEVER, uuid.UUID(int=0))
     first = True
     while True:
@@ -262,6 +280,9 @@ async def import_document(
     try:
         list_ids = await _import_lists(db, user=user, items=document.lists)
         tasks = await _import_tasks(db, user=user, document=document, list_ids=list_ids)
+        documents = await _import_documents(
+            db, user=user, items=document.documents, list_ids=list_ids, config=config
+        )
         messages = await _import_sessions(db, user=user, sessions=document.sessions)
         await _fill_settings(db, user=user, document=document, config=config)
     except DBAPIError as refused:
@@ -276,7 +297,11 @@ async def import_document(
         ) from None
     owned = sum(1 for item in document.lists if item.role == "owner")
     return ImportResult(
-        lists=owned, tasks=tasks, sessions=len(document.sessions), messages=messages
+        lists=owned,
+        tasks=tasks,
+        documents=documents,
+        sessions=len(document.sessions),
+        messages=messages,
     )
 
 
@@ -397,6 +422,31 @@ def _task_row(
         "reminded_at": reminded_at,
         "deleted_at": None,
     }
+
+
+async def _import_documents(
+    db: AsyncSession,
+    *,
+    user: str,
+    items: list[ExportedDocument],
+    list_ids: dict[uuid.UUID, uuid.UUID],
+    config: Settings,
+) -> int:
+    """Each document into its new list, cut into passages again; the owner's quota holds
+    (DocumentTooLarge: nothing is imported). Their text is Markdown or plain text already
+    (a file was read when it was uploaded), so it is cut here, not read again."""
+    if not items:
+        return 0
+    sizes = [len(item.text.encode()) for item in items]
+    await documents.within_quota(db, list_id=await access.inbox(db), adding=sum(sizes),
+                                 settings=config)  # fmt: skip
+    for item, size in zip(items, sizes, strict=True):
+        await documents.insert_document(
+            db, user=user, list_id=list_ids[item.list_id], title=item.title,
+            reading=reading.of_text(item.text, item.media_type), size=size,
+            created_at=item.created_at,
+        )  # fmt: skip
+    return len(items)
 
 
 async def _import_sessions(db: AsyncSession, *, user: str, sessions: list[ExportSession]) -> int:

@@ -6,10 +6,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from backend.services.documents import checklist
 from backend.services.recurrence import parse_repeat
-from backend.services.stub import context, entities
+from backend.services.stub import context, entities, replies
 from backend.services.stub.commands import (
     AddTask,
+    AskDocuments,
     Command,
     DeleteTask,
     EmptyTrash,
@@ -18,6 +20,7 @@ from backend.services.stub.commands import (
     RestoreTask,
     SetCompleted,
     ShowTrash,
+    TasksFromDocument,
     Undo,
     UpdateTask,
 )
@@ -356,6 +359,23 @@ def test_several_tasks_are_split_where_a_human_reads_several(text: str, items: l
             "move the dentist to the spring. add milk",
             [UpdateTask("the dentist", "list", "the spring"), AddTask("milk")],
         ),
+        # documents: a question about one, or a checklist made tasks
+        (
+            "what does my packing list say about passports?",
+            [AskDocuments("passports", "packing list")],
+        ),
+        ("search my notes for the wifi password", [AskDocuments("the wifi password", None)]),
+        ("find the gate code in my documents", [AskDocuments("the gate code", None)]),
+        ("what did the minutes say about the budget", [AskDocuments("the budget", "minutes")]),
+        ("make tasks from my moving checklist", [TasksFromDocument("moving checklist")]),
+        ("add the items of the release runbook as tasks", [TasksFromDocument("release runbook")]),
+        ("turn my packing list into tasks", [TasksFromDocument("packing list")]),
+        (
+            "make tasks from the Week before section of the moving checklist",
+            [TasksFromDocument("moving checklist", "Week before")],
+        ),
+        ("what do I have on tomorrow", [ListTasks("pending", tomorrow=True, list="tomorrow")]),
+        ("add buy milk as a task", [AddTask("buy milk as a task")]),
     ],
 )
 def test_messages_become_typed_commands(message: str, commands: list[Command]) -> None:
@@ -409,3 +429,45 @@ def test_a_repeating_task_made_to_repeat_on_another_day_is_next_due_by_the_new_r
     moved = _on_schedule(todo, "every wednesday", tz, now)
     wednesday = today + timedelta(days=(2 - today.weekday()) % 7)
     assert moved == wednesday.isoformat()
+
+
+@pytest.mark.parametrize(
+    ("markdown", "steps"),
+    [
+        (
+            "- [ ] call the movers\n- [x] pack the books\n- [ ] book the van",
+            ["call the movers", "book the van"],
+        ),
+        (
+            "- [ ] **book** the [van](https://vans.example)\n  - [ ] its deposit",
+            ["book the van", "its deposit"],
+        ),
+        ("- [ ] a ticked list\n- plain items in it are notes", ["a ticked list"]),
+        ("1. keys\n2. meters\n\n* post", ["keys", "meters", "post"]),
+        ("No list here, just [ ] text.", []),
+        ("- [X] all done\n- [x] this too", []),
+    ],
+)
+def test_a_documents_items_still_to_do(markdown: str, steps: list[str]) -> None:
+    assert checklist.to_do(markdown) == steps
+
+
+@pytest.mark.parametrize(
+    ("title", "heading", "said"),
+    [
+        ("Moving", "Moving \u203a Week before", "\u201cMoving\u201d \u203a Week before"),
+        ("Moving", "Moving", "\u201cMoving\u201d"),
+        ("Lease", "", "\u201cLease\u201d"),
+        ("Runbook", "Deploy \u203a Rollback", "\u201cRunbook\u201d \u203a Deploy \u203a Rollback"),
+    ],
+)
+def test_a_passage_is_named_by_its_document_and_heading(
+    title: str, heading: str, said: str
+) -> None:
+    assert replies.source(title, heading) == said
+
+
+def test_a_quoted_passage_never_reads_as_a_listing() -> None:
+    quoted = replies.quote("- #3 Delete everything\n\nsecond line")
+    assert quoted == "> - #3 Delete everything\n> second line"
+    assert context.read([("assistant", quoted, None, None)]).listing == []

@@ -40,6 +40,7 @@ from backend.services.stub.commands import (
 )
 from backend.services.stub.context import Context
 from backend.services.stub.questions import list_request
+from backend.services.stub.reading import document_request
 from backend.services.stub.references import explicit_id, names_one, points_at_one
 from backend.services.stub.replies import LEFT_AS_IS, TOO_LONG, WELCOME, shorten
 
@@ -729,7 +730,10 @@ _HEADING = _rx(
 
 
 def _command(text: str) -> Command | None:
-    """A command that starts with its verb, a list request, or "task 3 is done"."""
+    """A request about documents, a command that starts with its verb, a list request, or
+    "task 3 is done"."""
+    if (intent := document_request(text)) is not None:
+        return intent
     for pattern, build in _VERB_RULES:
         if (match := pattern.fullmatch(text)) and (intent := build(match)) is not None:
             return intent

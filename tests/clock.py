@@ -27,6 +27,18 @@ def frozen_now(tz: ZoneInfo, weekday: int, at: time = MORNING) -> datetime:
     return datetime.combine(day, at, tzinfo=tz)
 
 
+def before_clock_change(tz: ZoneInfo, days: int = 2, at: time = MORNING) -> datetime:
+    """`days` before the day `tz` next changes its clocks (daylight saving starts or ends),
+    at `at`: dates said then ("sunday", "monday at 9") fall across the change."""
+    day = datetime.now(tz).date() + timedelta(days=days + 1)
+    for _ in range(366):
+        noon, eve = (datetime.combine(d, time(12), tzinfo=tz) for d in (day, day - timedelta(1)))
+        if noon.utcoffset() != eve.utcoffset():
+            return datetime.combine(day - timedelta(days=days), at, tzinfo=tz)
+        day += timedelta(days=1)
+    raise ValueError(f"{tz} does not change its clocks")
+
+
 def frozen(call_tool: ToolCall, now: datetime) -> ToolCall:
     """`call_tool`, with `get_user_context` saying it is `now`."""
 

@@ -28,7 +28,7 @@ from backend.services.stub import StubResponder
 from backend.services.stub.context import HistoryRow
 from backend.services.tools import TodoTools, ToolResult
 from backend.services.users import upsert_user
-from tests.clock import frozen, frozen_now
+from tests.clock import before_clock_change, frozen, frozen_now
 from tests.conftest import acting_as
 
 # A due date, relative to the user's local today: "+3" (days), "wd3" (the next Thursday,
@@ -65,6 +65,10 @@ class Case:
     changed: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
     reply: tuple[str, ...] = ()
     known_failure: str = ""  # why it fails today (the test is xfail(strict=True))
+    tz: str = "UTC"  # the user's timezone
+    # Said two days before `tz` next changes its clocks (tests/clock.py), so that the dates
+    # it names fall across the change.
+    dst: bool = False
 
     @property
     def messages(self) -> tuple[str, ...]:
@@ -165,6 +169,10 @@ AGENDA: tuple[Task, ...] = (
     {"title": "Read the contract", "due": "+20"},
     {"title": "Buy stamps", "completed": True},
 )
+
+# Said two days before the clocks change there (spring forward, or fall back).
+LONDON_DST: dict[str, Any] = {"tz": "Europe/London", "dst": True}
+NEW_YORK_DST: dict[str, Any] = {"tz": "America/New_York", "dst": True}
 
 CASES: list[Case] = [
     # --- adding, as people type it ---------------------------------------------------
@@ -830,6 +838,181 @@ CASES: list[Case] = [
         added=(("Milk", None, M),),
         reply=("Added task 1", "- #1 Milk"),
     ),
+    # --- as a new user types them: reminders on a task by name, quick-add marks with short
+    # day names, a repeat ended in words, "it" moved after a listing, a deed done, a
+    # command after chatter. Said two days before the clocks change where dates are named.
+    _follow(
+        ("remind me about the plumber two hours before",),
+        tasks=("Buy flour", {"title": "Call the plumber", "due": "+3@10:00"}),
+        changed={2: {"remind": "-2h"}},
+        **LONDON_DST,
+    ),
+    _follow(
+        ("ping me the evening before the vet",),
+        tasks=({"title": "Take the cat to the vet", "due": "+3@09:00"},),
+        changed={1: {"remind": "-1d@18:00"}},
+        **LONDON_DST,
+    ),
+    _follow(
+        ("give me a heads-up the night before my haircut",),
+        tasks=({"title": "Haircut", "due": "+2@15:00"},),
+        changed={1: {"remind": "-1d@20:00"}},
+        **NEW_YORK_DST,
+    ),
+    _follow(
+        ("nudge me the morning of the dentist",),
+        tasks=({"title": "Dentist appointment", "due": "+2@15:00"},),
+        changed={1: {"remind": "@09:00"}},
+        **LONDON_DST,
+    ),
+    _follow(
+        ("remind me about the vet a day before at 6pm",),
+        tasks=({"title": "Call the vet", "due": "+3@11:00"},),
+        changed={1: {"remind": "-1d@18:00"}},
+        **NEW_YORK_DST,
+    ),
+    _follow(
+        ("can you remind me 45 minutes before my haircut",),
+        tasks=({"title": "Haircut", "due": "+2@15:00"},),
+        changed={1: {"remind": "-45m"}},
+    ),
+    _follow(
+        ("remind me about the plumber the day before",),
+        tasks=({"title": "Call the plumber", "due": "+3"},),
+        changed={1: {"remind": "-1d@09:00"}},
+        **LONDON_DST,
+    ),
+    _time(
+        "dentist monday at 10am, remind me the evening before",
+        "Dentist",
+        "wd0@10:00",
+        remind="-1d@18:00",
+        **LONDON_DST,
+    ),
+    _time("mow the lawn sun p2", "Mow the lawn", "wd6", **LONDON_DST),
+    _time("dentist sat p1", "Dentist", "wd5", H, **NEW_YORK_DST),
+    _time("call mum mon p3", "Call mum", "wd0", L, **LONDON_DST),
+    _time("submit the report wed #work", "Submit the report", "wd2", tags=("work",)),
+    _time("p1 pay the rent tmrw", "Pay the rent", "+1", H),
+    _time("team lunch sun 1pm p2", "Team lunch", "wd6@13:00", **NEW_YORK_DST),
+    _time("buy sun cream p2", "Buy sun cream", None),
+    _time("fix the sat nav p3", "Fix the sat nav", None, L),
+    _follow(
+        ("the yoga doesn't need to repeat any more",),
+        tasks=({"title": "Yoga class", "repeat": "every tuesday"},),
+        changed={1: {"repeat": None}},
+        reply=("no longer repeats",),
+    ),
+    _follow(
+        ("no more repeats for the yoga",),
+        tasks=({"title": "Yoga class", "repeat": "every tuesday"},),
+        changed={1: {"repeat": None}},
+    ),
+    _follow(
+        ("the bins are a one-off now",),
+        tasks=({"title": "Put the bins out", "repeat": "every monday"},),
+        changed={1: {"repeat": None}},
+    ),
+    _follow(
+        ("I don't want the yoga to repeat anymore",),
+        tasks=({"title": "Yoga class", "repeat": "every tuesday"},),
+        changed={1: {"repeat": None}},
+    ),
+    _follow(
+        ("stop the yoga from repeating",),
+        tasks=({"title": "Yoga class", "repeat": "every tuesday"},),
+        changed={1: {"repeat": None}},
+    ),
+    _follow(
+        ("yoga can stop repeating now",),
+        tasks=({"title": "Yoga class", "repeat": "every tuesday"},),
+        changed={1: {"repeat": None}},
+    ),
+    _follow(
+        ("show my tasks", "could you push it to 8 pm instead"),
+        tasks=({"title": "Call the plumber", "due": "+2@09:00"},),
+        changed={1: {"due": "+2@20:00"}},
+        **LONDON_DST,
+    ),
+    _follow(
+        ("what's due tomorrow?", "move that one to 7:30am"),
+        tasks=("Buy flour", {"title": "Call the vet", "due": "+1@11:00"}),
+        changed={2: {"due": "+1@07:30"}},
+    ),
+    _follow(
+        ("what do I have tomorrow", "can you make it 6pm instead?"),
+        tasks=({"title": "Pick up the cake", "due": "+1@10:00"}, "Buy flour"),
+        changed={1: {"due": "+1@18:00"}},
+        **NEW_YORK_DST,
+    ),
+    _follow(
+        ("show my tasks", "push it to 8pm"),
+        tasks=({"title": "Call the vet", "due": "+1@09:00"}, "Buy flour"),
+        reply=("Which task?",),
+    ),
+    _ref("I took the recycling out", tasks=("Call the vet", "Take out the recycling"), done=(2,)),
+    _ref("I put the bins out", tasks=("Put the bins out", "Buy flour"), done=(1,)),
+    _ref("just hoovered the stairs", tasks=("Buy flour", "Hoover the stairs"), done=(2,)),
+    _ref("walked the dog already", tasks=("Walk the dog",), done=(1,)),
+    _follow(("show my tasks", "finished that one"), tasks=("Call the vet",), done=(1,)),
+    _follow(
+        ("what's pending?", "did that one"),
+        tasks=({"title": "Call Jo", "completed": True}, "Pay Bo"),
+        done=(2,),
+    ),
+    _follow(("show my tasks", "done the second one"), done=(2,)),
+    _follow(("add buy a charger", "sorted it"), added=(("Buy a charger", None, M),), done=(11,)),
+    _daily(
+        "ugh I keep forgetting the charger haha. add buy a charger",
+        tasks=(),
+        added=(("Buy a charger", None, M),),
+    ),
+    _daily(
+        "long day lol. remind me to call mum tomorrow at 6pm",
+        tasks=(),
+        added=(Added("Call mum", "+1@18:00", remind="due"),),
+    ),
+    _daily(
+        "omg the kitchen is a mess! put clean the kitchen on my list",
+        tasks=(),
+        added=(("Clean the kitchen", None, M),),
+    ),
+    _daily("haha ok, add water the plants", tasks=(), added=(("Water the plants", None, M),)),
+    _daily("so tired. anyway, add book a massage", tasks=(), added=(("Book a massage", None, M),)),
+    _daily("ugh I keep forgetting the charger haha", tasks=(), reply=("didn't understand",)),
+    # the same families, in other words
+    _follow(
+        ("remind me on the day of the vet",),
+        tasks=({"title": "Take the cat to the vet", "due": "+3@15:00"},),
+        changed={1: {"remind": "@09:00"}},
+        **LONDON_DST,
+    ),
+    _follow(
+        ("text me 2 days before the wedding",),
+        tasks=({"title": "Sam's wedding", "due": "+5"},),
+        changed={1: {"remind": "-2d@09:00"}},
+        **NEW_YORK_DST,
+    ),
+    _time("pay the rent fri p1", "Pay the rent", "wd4", H),
+    _time("call grandma sun #family p2", "Call grandma", "wd6", tags=("family",), **LONDON_DST),
+    _follow(
+        ("the gym doesn't have to repeat",),
+        tasks=({"title": "Gym", "repeat": "every monday"},),
+        changed={1: {"repeat": None}},
+    ),
+    _follow(
+        ("yoga is a one time thing now",),
+        tasks=({"title": "Yoga", "repeat": "every friday"},),
+        changed={1: {"repeat": None}},
+    ),
+    _follow(("show my tasks", "that one's done"), tasks=("Renew the visa",), done=(1,)),
+    _follow(
+        ("what's pending?", "shift it to noon"),
+        tasks=({"title": "Call Jo", "due": "+1@09:00"},),
+        changed={1: {"due": "+1@12:00"}},
+        **NEW_YORK_DST,
+    ),
+    _daily("man what a day. what's pending?", reply=("You have 10 pending tasks",)),
     # --- safety and honesty ----------------------------------------------------------------
     _safe("delete all my tasks", "one task at a time"),
     _safe("clear completed", "one task at a time"),
@@ -1039,14 +1222,18 @@ async def _arrange(session: _Session, tasks: tuple[Task, ...], now: datetime) ->
 
 
 async def run_case(
-    engine: AsyncEngine, case: Case, *, user: str, tz: str = "UTC", weekday: int | None = None
+    engine: AsyncEngine, case: Case, *, user: str, weekday: int | None = None
 ) -> Outcome:
     """Say the case's messages to a fresh stub in one session; compare the effects. With a
     `weekday` (0 = Monday), the stub's today is that day (tests/clock.py); without, the
-    real one (questions about what is due today or overdue ask the database's clock)."""
+    real one (questions about what is due today or overdue ask the database's clock). A
+    case said before a clock change is always said then."""
+    tz = case.tz
     async with acting_as(engine, user) as db:
         await upsert_user(db=db, identity=Identity(user_id=user, name="Sam"))
     frozen_at = None if weekday is None else frozen_now(ZoneInfo(tz), weekday)
+    if case.dst:
+        frozen_at = before_clock_change(ZoneInfo(tz))
     session = _Session(engine, user, tz, frozen_at)
     await session.open()
     await _arrange(session, case.tasks, frozen_at or datetime.now(ZoneInfo(tz)))

@@ -6,10 +6,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from backend.services.documents import checklist
 from backend.services.recurrence import parse_repeat
-from backend.services.stub import context, entities
+from backend.services.stub import context, entities, replies
 from backend.services.stub.commands import (
     AddTask,
+    AskDocuments,
     Command,
     DeleteTask,
     EmptyTrash,
@@ -18,14 +20,17 @@ from backend.services.stub.commands import (
     RestoreTask,
     SetCompleted,
     ShowTrash,
+    TasksFromDocument,
     Undo,
     UpdateTask,
 )
+from backend.services.stub.entities import Reminder
 from backend.services.stub.executor import _on_schedule
 from backend.services.stub.resolver import best_matches
 from backend.services.stub.understanding import parse, split_items
 
 NOW = datetime(2026, 11, 23, 10, 30)  # a Monday
+MINUTE, DAY = timedelta(minutes=1), timedelta(days=1)
 
 
 @pytest.mark.parametrize(
@@ -93,6 +98,24 @@ def test_times_of_day_are_read_with_or_without_a_day(
     text: str, rest: str, due: date | datetime | None
 ) -> None:
     assert entities.take_date(text, NOW) == (rest, due)
+
+
+@pytest.mark.parametrize(
+    ("typed", "text", "rest", "due"),
+    [
+        ("mow the lawn sun p2", "mow the lawn sun", "mow the lawn", date(2026, 11, 29)),
+        ("call mum mon #family", "call mum mon", "call mum", date(2026, 11, 30)),
+        ("p1 dentist sat", "dentist sat", "dentist", date(2026, 11, 28)),
+        ("buy sun cream p2", "buy sun cream", "buy sun cream", None),
+        ("fix the sat nav p3", "fix the sat nav", "fix the sat nav", None),
+        ("report wed", "report wed", "report wed", None),  # no mark: a word
+    ],
+)
+def test_a_short_day_name_ending_a_marked_task_is_a_day(
+    typed: str, text: str, rest: str, due: date | None
+) -> None:
+    """`text` is `typed` without its marks, as the executor reads the date after them."""
+    assert entities.take_date(text, NOW, quick=entities.marked(typed)) == (rest, due)
 
 
 def test_a_day_of_the_year_said_on_that_day_is_today_not_next_year() -> None:
@@ -172,15 +195,23 @@ def test_tags_are_read_and_taken_out(text: str, rest: str, tags: list[str]) -> N
 @pytest.mark.parametrize(
     ("text", "rest", "before"),
     [
-        ("dentist at 3pm, remind me 30 minutes before", "dentist at 3pm", timedelta(minutes=30)),
-        ("bins monday and remind me a day before", "bins monday", timedelta(days=1)),
-        ("call Al, with a reminder an hour ahead", "call Al", timedelta(hours=1)),
-        ("call Al, ping me half an hour early", "call Al", timedelta(minutes=30)),
+        ("dentist at 3pm, remind me 30 minutes before", "dentist at 3pm", Reminder(30 * MINUTE)),
+        ("bins monday and remind me a day before", "bins monday", Reminder(DAY)),
+        ("call Al, with a reminder an hour ahead", "call Al", Reminder(60 * MINUTE)),
+        ("call Al, ping me half an hour early", "call Al", Reminder(30 * MINUTE)),
         ("remind me to call Al", "remind me to call Al", None),
+        # a time of day on a day before the due day, or on the day itself
+        ("vet monday 9am, ping me the evening before", "vet monday 9am", Reminder(DAY, time(18))),
+        ("vet at 9, remind me the night before", "vet at 9", Reminder(DAY, time(20))),
+        ("gig friday, remind me the day before at 6pm", "gig friday", Reminder(DAY, time(18))),
+        ("exam at 2pm, nudge me the morning of", "exam at 2pm", Reminder(at=time(9))),
+        ("exam, give me a heads-up 2 days before", "exam", Reminder(2 * DAY)),
+        ("vet, remind me 2 hours before at 6pm", "vet, remind me 2 hours before at 6pm", None),
+        ("prep the evening before the exam", "prep the evening before the exam", None),
     ],
 )
 def test_reminders_before_the_due_time_are_read_and_taken_out(
-    text: str, rest: str, before: timedelta | None
+    text: str, rest: str, before: Reminder | None
 ) -> None:
     assert entities.take_reminder(text) == (rest, before)
 
@@ -300,6 +331,51 @@ def test_several_tasks_are_split_where_a_human_reads_several(text: str, items: l
         ),
         ("pick up the kids at 3pm — add it", [AddTask("pick up the kids at 3pm")]),
         ("call the vet is done", [SetCompleted("call the vet", completed=True)]),
+        # a reminder on a task by name, said before or after it
+        (
+            "ping me the evening before the vet",
+            [UpdateTask("the vet", "remind", "the evening before")],
+        ),
+        (
+            "remind me about the plumber the day before",
+            [UpdateTask("the plumber", "remind", "the day before")],
+        ),
+        ("nudge me the morning of it", [UpdateTask("it", "remind", "the morning of")]),
+        # a repeat ended in words
+        ("no more repeats for the yoga", [UpdateTask("the yoga", "repeat", "never")]),
+        ("the bins are a one-off now", [UpdateTask("the bins", "repeat", "never")]),
+        ("stop the yoga from repeating", [UpdateTask("the yoga", "repeat", "never")]),
+        ("i don't want the gym to repeat", [UpdateTask("the gym", "repeat", "never")]),
+        # "it" moved to a time; a deed done; a request beside chatter
+        ("could you push it to 8 pm instead", [UpdateTask("it", "due", "at 8 pm")]),
+        ("make it friday", [UpdateTask("it", "due", "friday")]),
+        ("finished that one", [SetCompleted("that one", completed=True)]),
+        ("done the second one", [SetCompleted("the second one", completed=True)]),
+        ("I put the bins out", [SetCompleted("put the bins out", completed=True)]),
+        ("put the bins out tomorrow", [AddTask("put the bins out tomorrow")]),
+        ("ugh I always forget lol. add buy a charger", [AddTask("buy a charger")]),
+        ("so tired. whatever", []),
+        (
+            "move the dentist to the spring. add milk",
+            [UpdateTask("the dentist", "list", "the spring"), AddTask("milk")],
+        ),
+        # documents: a question about one, or a checklist made tasks
+        (
+            "what does my packing list say about passports?",
+            [AskDocuments("passports", "packing list")],
+        ),
+        ("search my notes for the wifi password", [AskDocuments("the wifi password", None)]),
+        ("find the gate code in my documents", [AskDocuments("the gate code", None)]),
+        ("what did the minutes say about the budget", [AskDocuments("the budget", "minutes")]),
+        ("make tasks from my moving checklist", [TasksFromDocument("moving checklist")]),
+        ("add the items of the release runbook as tasks", [TasksFromDocument("release runbook")]),
+        ("turn my packing list into tasks", [TasksFromDocument("packing list")]),
+        (
+            "make tasks from the Week before section of the moving checklist",
+            [TasksFromDocument("moving checklist", "Week before")],
+        ),
+        ("what do I have on tomorrow", [ListTasks("pending", tomorrow=True, list="tomorrow")]),
+        ("add buy milk as a task", [AddTask("buy milk as a task")]),
     ],
 )
 def test_messages_become_typed_commands(message: str, commands: list[Command]) -> None:
@@ -353,3 +429,45 @@ def test_a_repeating_task_made_to_repeat_on_another_day_is_next_due_by_the_new_r
     moved = _on_schedule(todo, "every wednesday", tz, now)
     wednesday = today + timedelta(days=(2 - today.weekday()) % 7)
     assert moved == wednesday.isoformat()
+
+
+@pytest.mark.parametrize(
+    ("markdown", "steps"),
+    [
+        (
+            "- [ ] call the movers\n- [x] pack the books\n- [ ] book the van",
+            ["call the movers", "book the van"],
+        ),
+        (
+            "- [ ] **book** the [van](https://vans.example)\n  - [ ] its deposit",
+            ["book the van", "its deposit"],
+        ),
+        ("- [ ] a ticked list\n- plain items in it are notes", ["a ticked list"]),
+        ("1. keys\n2. meters\n\n* post", ["keys", "meters", "post"]),
+        ("No list here, just [ ] text.", []),
+        ("- [X] all done\n- [x] this too", []),
+    ],
+)
+def test_a_documents_items_still_to_do(markdown: str, steps: list[str]) -> None:
+    assert checklist.to_do(markdown) == steps
+
+
+@pytest.mark.parametrize(
+    ("title", "heading", "said"),
+    [
+        ("Moving", "Moving \u203a Week before", "\u201cMoving\u201d \u203a Week before"),
+        ("Moving", "Moving", "\u201cMoving\u201d"),
+        ("Lease", "", "\u201cLease\u201d"),
+        ("Runbook", "Deploy \u203a Rollback", "\u201cRunbook\u201d \u203a Deploy \u203a Rollback"),
+    ],
+)
+def test_a_passage_is_named_by_its_document_and_heading(
+    title: str, heading: str, said: str
+) -> None:
+    assert replies.source(title, heading) == said
+
+
+def test_a_quoted_passage_never_reads_as_a_listing() -> None:
+    quoted = replies.quote("- #3 Delete everything\n\nsecond line")
+    assert quoted == "> - #3 Delete everything\n> second line"
+    assert context.read([("assistant", quoted, None, None)]).listing == []

@@ -49,7 +49,7 @@ from backend.models.session import Usage
 from backend.services import approvals, idempotency, turns, undo
 from backend.services.idempotency import Replay
 from backend.services.model_calls import Emit, ModelCaller, ModelUnavailable
-from backend.services.stub import StubResponder
+from backend.services.stub import Shelf, StubResponder
 from backend.services.tools import (
     TOOL_NAMES,
     TodoTools,
@@ -423,8 +423,15 @@ class OpenAIAgentService:
             call_id = f"stub_{turn.id.hex[:8]}_{next(counter)}"
             return await self._call_tool(turn, call_id, name, dict(arguments))
 
+        documents = Shelf(
+            functools.partial(self._database.transaction, as_user=turn.owner), user=turn.owner
+        )
         text = await self._stub.respond(
-            turn.message, call_tool=call_tool, name=turn.tools.name, history=turn.history
+            turn.message,
+            call_tool=call_tool,
+            name=turn.tools.name,
+            history=turn.history,
+            documents=documents,
         )
         return _said(turn, text), True
 

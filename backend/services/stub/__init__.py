@@ -4,14 +4,15 @@ It answers when no OpenAI key is configured or the model is down. A pipeline, ea
 module of its own:
 
 - `understanding`: the message -> typed commands (intent and slots), from tables of rows,
-  with `questions` (list requests and questions about the list) and `references` (how a
-  message names a task);
+  with `questions` (list requests and questions about the list), `reading` (requests about
+  documents) and `references` (how a message names a task);
 - `entities`: the built-in entities in the slots: dates (dateparser) and times of day,
   repeats (the service's own reader), reminders, numbers, priorities, #tags;
 - `context`: what the session's recent turns say (tasks shown or touched, the question
   asked, the last change);
 - `resolver`: which of the user's tasks a reference means (rapidfuzz, context);
-- `executor`: carrying the commands out through the tool caller it is given;
+- `executor`: carrying the commands out through the tool caller it is given (reading the
+  person's documents from the `shelf` it is given, where no tool reads them);
 - `replies`: the phrasing.
 
 Safety, by construction: only the user's message is parsed (titles coming back from tools
@@ -28,6 +29,7 @@ from backend.services.stub import entities, replies
 from backend.services.stub.calls import Calls, Stop
 from backend.services.stub.commands import (
     AddTask,
+    AskDocuments,
     Assign,
     Command,
     CreateList,
@@ -42,16 +44,25 @@ from backend.services.stub.commands import (
     SetCompleted,
     ShowSteps,
     ShowTrash,
+    TasksFromDocument,
     Undo,
     UpdateTask,
 )
 from backend.services.stub.context import HistoryRow
 from backend.services.stub.executor import Executor
 from backend.services.stub.replies import DIDNT_UNDERSTAND
+from backend.services.stub.shelf import Shelf
 from backend.services.stub.understanding import MAX_COMMAND_CHARS, parse
 from backend.services.tools import ToolCaller
 
-__all__ = ["DIDNT_UNDERSTAND", "MAX_COMMAND_CHARS", "HistoryRow", "StubResponder", "parse"]
+__all__ = [
+    "DIDNT_UNDERSTAND",
+    "MAX_COMMAND_CHARS",
+    "HistoryRow",
+    "Shelf",
+    "StubResponder",
+    "parse",
+]
 
 
 class StubResponder:
@@ -67,14 +78,16 @@ class StubResponder:
         call_tool: ToolCaller,
         name: str | None = None,
         history: Sequence[HistoryRow] = (),
+        documents: Shelf | None = None,
     ) -> str:
         """Understand `message` in the light of the session's earlier turns (oldest first),
-        carry it out with call_tool(tool_name, arguments), return the reply text."""
+        carry it out with call_tool(tool_name, arguments), return the reply text. What it
+        reads of the person's documents it reads from `documents`."""
         context = session_context.read(history)
         commands = parse(message, context)
         if not commands:
             return DIDNT_UNDERSTAND
-        executor = Executor(Calls(call_tool), context)
+        executor = Executor(Calls(call_tool), context, documents)
         said: list[str] = []
         try:
             for group in _groups(commands):
@@ -131,5 +144,9 @@ async def _run(commands: list[Command], executor: Executor, name: str | None) ->
             return await executor.show_trash()
         case EmptyTrash():
             return await executor.empty_trash()
+        case AskDocuments():
+            return await executor.ask_documents(first)
+        case TasksFromDocument():
+            return await executor.tasks_from_document(first)
         case _:
             assert_never(first)

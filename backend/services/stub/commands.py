@@ -110,6 +110,24 @@ class EmptyTrash:
 
 
 @dataclass(frozen=True, slots=True)
+class AskDocuments:
+    """ "what does my packing list say about passports", "search my notes for the wifi
+    password": the best passage on `query`, in the document named (None: in any)."""
+
+    query: str
+    document: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TasksFromDocument:
+    """ "make tasks from my moving checklist": one task named after the document (or the
+    section named), its steps the items still to do."""
+
+    document: str
+    section: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Undo:
     """Take back the last turn of this session that changed tasks."""
 
@@ -130,6 +148,8 @@ Command = (
     | RestoreTask
     | ShowTrash
     | EmptyTrash
+    | AskDocuments
+    | TasksFromDocument
     | Undo
 )
 # Commands that name an existing task: a bare answer ("the plumber one") can fill their ref.

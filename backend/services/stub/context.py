@@ -45,5 +45,7 @@ def read(history: Sequence[HistoryRow]) -> Context:
         shown = [int(n) for n in _SHOWN.findall(content or "")]
         if shown:
             context.listing = shown
+        if len(shown) == 1:  # "what's due tomorrow?", then "move it to 8pm"
+            context.last_task = shown[0]
         context.question_from = last_user if content and ASKED_WHICH in content else None
     return context

@@ -114,6 +114,12 @@ def take_priority(text: str) -> tuple[str, Priority | None]:
     return text, None
 
 
+def marked(text: str) -> bool:
+    """Is `text` typed as in a quick-add box, with a `p1`...`p4` or a `#tag`? There a short
+    day name at the end is a day ("mow the lawn sun p2"), as Todoist reads it."""
+    return bool(_PRIORITY_MARK.search(text) or _TAG.search(text))
+
+
 def priority_in(text: str) -> Priority | None:
     """A priority cue anywhere in `text` ("make it urgent", "set it to low priority")."""
     match = _PRIORITY_ANY.search(text)
@@ -134,35 +140,88 @@ def take_tags(text: str) -> tuple[str, list[str]]:
 
 # --- Reminders --------------------------------------------------------------------------
 
+
+@dataclass(frozen=True, slots=True)
+class Reminder:
+    """When a task's reminder fires, said against its due time: `before` it ("30 minutes
+    before"), or, with `at`, at that time of day so many days before its due day ("the
+    evening before": a day, 18:00; "the morning of": no day, 09:00)."""
+
+    before: timedelta = timedelta(0)
+    at: time | None = None
+
+
+# The parts of a day a reminder names ("the evening before") and their hour, as dateparser
+# reads "tomorrow morning", "tomorrow afternoon", "tomorrow evening", and "tonight".
+PARTS_OF_DAY = {"morning": time(9), "afternoon": time(15), "evening": time(18), "night": time(20)}
+_PART = r"(?P<part>morning|afternoon|evening|night)"
 _AMOUNT = r"(?:(?P<half>half\s+an?)|(?P<n>\d{1,3}|an?|[a-z]+))"
 BEFORE_WORDS = r"(?:before(?:hand)?|earlier|early|ahead(?:\s+of\s+time)?|in\s+advance)"
+_CLOCK = r"(?:\d{1,2}(?:[:.]\d\d)?\s*(?:[ap]\.?m\b\.?)?|noon|midday)"
+_AT = rf"(?:\s+at\s+(?P<clock>{_CLOCK}))?"
 _BEFORE = (
     rf"{_AMOUNT}\s+(?P<unit>minutes?|mins?|hours?|hrs?|days?|weeks?)\s+{BEFORE_WORDS}"
     r"(?:\s+(?:it'?s|it\s+is)\s+due)?"
 )
-REMIND_ME = r"(?:remind|ping|alert|notify|warn|nudge)\s+me"
+# Each way of saying when, with the day it counts back from: "the day before at 6pm",
+# "the night before", "the morning of", "on the day at 8".
+_WHEN: tuple[str, ...] = (
+    rf"{_BEFORE}{_AT}",
+    rf"(?:on\s+)?the\s+(?:(?P<eve>day)|{_PART})\s+before{_AT}",
+    r"(?:on\s+)?(?:the|that)\s+(?P<same>morning|afternoon|evening)(?:\s+of(?:\s+the\s+day)?)?",
+    rf"on\s+the\s+(?P<day>day)(?:\s+itself|\s+of)?{_AT}",
+)
+_WHEN_READ = tuple(_rx(pattern) for pattern in _WHEN)
+# The same phrases without their groups, to be part of a larger pattern.
+REMINDER_WHEN = "(?:{})".format("|".join(re.sub(r"\(\?P<\w+>", "(?:", p) for p in _WHEN))
+REMIND_ME = (
+    r"(?:(?:remind|ping|alert|notify|warn|nudge|text|message)\s+me"
+    r"|give\s+me\s+an?\s+(?:heads[\s-]?up|nudge|shout|ping|reminder))"
+)
 _REMINDER = _rx(
     rf"(?:^|[\s,;:-]+)(?:and\s+)?(?:{REMIND_ME}|(?:with\s+|set\s+|add\s+)?an?\s+reminder)"
-    rf"\s+{_BEFORE}"
+    rf"\s+(?P<when>{REMINDER_WHEN})(?=$|[\s,;:.!?])"
 )
-_REMINDER_ALONE = _rx(rf"(?:{REMIND_ME}\s+)?{_BEFORE}")
-_REMINDER_BARE = _rx(rf"(?:^|[\s,;:-]+){_BEFORE}$")
+_REMINDER_BARE = _rx(rf"(?:^|[\s,;:-]+)(?P<when>{_BEFORE})$")
+_REMINDER_ALONE = _rx(rf"(?:{REMIND_ME}\s+)?(?P<when>{REMINDER_WHEN})")
 
 
-def take_reminder(text: str, *, bare: bool = False) -> tuple[str, timedelta | None]:
-    """ "..., remind me 30 minutes before": how long before its due time a task's reminder
-    fires, and the text without it. With `bare` (the message began "remind me"), a bare
-    ", an hour before" at the end says it too."""
+def take_reminder(text: str, *, bare: bool = False) -> tuple[str, Reminder | None]:
+    """ "..., remind me 30 minutes before", "..., ping me the evening before": when the
+    task's reminder fires, and the text without it. With `bare` (the message began "remind
+    me"), a bare ", an hour before" at the end says it too."""
     for pattern in (_REMINDER, _REMINDER_BARE) if bare else (_REMINDER,):
-        if (match := pattern.search(text)) and (before := _duration(match)) is not None:
-            return _cut(text, match.start(), match.end()), before
+        if (match := pattern.search(text)) and (when := read_reminder(match["when"])):
+            return _cut(text, match.start(), match.end()), when
     return text, None
 
 
-def reminder_before(text: str) -> timedelta | None:
-    """ "30 minutes before", "remind me an hour before" said alone."""
-    match = _REMINDER_ALONE.fullmatch(text.strip(" ,;:-"))
-    return _duration(match) if match else None
+def read_reminder(text: str) -> Reminder | None:
+    """ "30 minutes before", "remind me the evening before", "the morning of" said alone."""
+    said = _REMINDER_ALONE.fullmatch(text.strip(" ,;:-"))
+    if said is None:
+        return None
+    for pattern in _WHEN_READ:
+        if (match := pattern.fullmatch(said["when"])) and (found := _reminder(match)):
+            return found
+    return None
+
+
+def _reminder(match: re.Match[str]) -> Reminder | None:
+    groups = match.groupdict()
+    at = take_time(f"at {groups['clock']}")[1] if groups.get("clock") else None
+    if groups.get("same"):
+        return Reminder(at=PARTS_OF_DAY[groups["same"].lower()])
+    if groups.get("part"):
+        return Reminder(timedelta(days=1), at or PARTS_OF_DAY[groups["part"].lower()])
+    if groups.get("eve"):
+        return Reminder(timedelta(days=1), at)
+    if groups.get("day"):  # "on the day": that morning, unless a time is said
+        return Reminder(at=at or PARTS_OF_DAY["morning"])
+    before = _duration(match)
+    if before is None or (at is not None and before % timedelta(days=1)):
+        return None  # "two hours before at 6pm" says two different things
+    return Reminder(before, at)
 
 
 # --- Misspelt time words ---------------------------------------------------------------
@@ -356,9 +415,11 @@ _PLAIN_DATE = _rx(
     r"|april|june|july|august|september|october|november|december|jan|feb|mar|apr|jun|jul"
     r"|aug|sep|sept|oct|nov|dec|midday|am|pm|hours?|hrs?|minutes?|mins?)\b"
 )
-_WEAK_ALONE = _rx(r"(?:on\s+|by\s+|for\s+)?(?:may|march|second|now|day|week|month|year)")
+_WEAK_ALONE = _rx(
+    r"(?:on\s+|by\s+|for\s+)?(?:an?\s+|one\s+)?(?:may|march|second|now|day|week|month|year)"
+)
 _BARE_NUMBER = _rx(r"(?:on |by |at |in )?\d+")
-_NEEDS_PREP = _rx(r"(?:mon|wed|sat|sun)")
+_NEEDS_PREP = _rx(r"(?:the\s+)?(?:mon|wed|sat|sun)")
 _TIME_SAID = _rx(
     r"\d\s*(?:am|pm|a\.m|p\.m)\b|\d:\d\d|\b(?:morning|afternoon|evening|tonight|noon|midnight)\b"
 )
@@ -393,21 +454,22 @@ def _clean_due(phrase: str, found: datetime, now: datetime) -> Due:
     return found.date()
 
 
-def take_date(text: str, now: datetime) -> tuple[str, Due | None]:
+def take_date(text: str, now: datetime, *, quick: bool = False) -> tuple[str, Due | None]:
     """The due date said in `text` (in the user's local time `now`), with its time of day
     when one was said, and the text without them. A time with no day is its next coming.
-    A misspelt day ("thrusday") is read as the day it is close to."""
-    return _respelt(lambda spelt: _take_date(spelt, now), text)
+    A misspelt day ("thrusday") is read as the day it is close to. `quick`: the message
+    was `marked`, so a short day name ending it is a day."""
+    return _respelt(lambda spelt: _take_date(spelt, now, quick), text)
 
 
-def _take_date(text: str, now: datetime) -> tuple[str, Due | None]:
+def _take_date(text: str, now: datetime, quick: bool = False) -> tuple[str, Due | None]:
     if not text or len(text) > MAX_DATE_TEXT:
         return text, None
     if (match := _IN_HOURS.search(text)) and (ahead := _duration(match)) is not None:
         due = (now.replace(tzinfo=None) + ahead).replace(second=0, microsecond=0)
         return _cut(text, match.start(), match.end()), due
     text, at = take_time(text)
-    text, day = _take_day(text, now, timed=at is not None)
+    text, day = _take_day(text, now, timed=at is not None, quick=quick)
     if at is None:
         return text, day
     if day is None:
@@ -424,7 +486,9 @@ def _take_date(text: str, now: datetime) -> tuple[str, Due | None]:
 _PART_OF_DAY_FIRST = _rx(r"\s*(?:morning|afternoon|evening|night)\b\s*")
 
 
-def _take_day(text: str, now: datetime, *, timed: bool = False) -> tuple[str, Due | None]:
+def _take_day(
+    text: str, now: datetime, *, timed: bool = False, quick: bool = False
+) -> tuple[str, Due | None]:
     for pattern, compute in _COMPUTED:
         if (match := pattern.search(text)) and (due := compute(now.date(), match)) is not None:
             return _cut(text, match.start(), match.end()), due
@@ -439,9 +503,10 @@ def _take_day(text: str, now: datetime, *, timed: bool = False) -> tuple[str, Du
             continue  # "call 555 1234" has no date in it
         if _WEAK_ALONE.fullmatch(bare) or not _PLAIN_DATE.search(bare):
             continue
-        if _NEEDS_PREP.fullmatch(bare) and not timed:  # "buy sun cream", "get wed"
-            continue
         start = lowered.find(phrase)
+        last = not lowered[start + len(phrase) :].strip(" ,;:-")
+        if _NEEDS_PREP.fullmatch(bare) and not timed and not (quick and last):
+            continue  # "buy sun cream", "get wed", "fix the sat nav"; but "mow the lawn sun p2"
         if timed and (part := _PART_OF_DAY_FIRST.match(phrase)):
             start, phrase = start + part.end(), phrase[part.end() :]
             if not phrase:

@@ -7,13 +7,17 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from backend.models.task import Priority
+from backend.models.document import DocumentPublic
+from backend.models.task import MAX_STEPS, Priority
 from backend.services import recurrence
+from backend.services.documents import checklist
+from backend.services.documents.sections import sections
 from backend.services.recurrence import RecurrenceError, Repeat
 from backend.services.stub import entities, replies, resolver
 from backend.services.stub.calls import Calls, Stop, todo
 from backend.services.stub.commands import (
     AddTask,
+    AskDocuments,
     Assign,
     CreateList,
     DeleteMatching,
@@ -23,10 +27,13 @@ from backend.services.stub.commands import (
     RestoreTask,
     SetCompleted,
     ShowSteps,
+    TasksFromDocument,
     UpdateTask,
 )
 from backend.services.stub.context import Context
+from backend.services.stub.reading import ANY_DOCUMENT
 from backend.services.stub.resolver import Resolver
+from backend.services.stub.shelf import Shelf
 from backend.services.tools import ToolResult
 
 _LIST_SUFFIX = re.compile(
@@ -103,7 +110,7 @@ def _repeat_due(
 
 # A task due on a day rather than at a time is due at the day's end, too late to act on:
 # its reminder is that morning, before the offset.
-REMIND_HOUR = time(9)
+REMIND_HOUR = entities.PARTS_OF_DAY["morning"]
 
 
 def _anchor(due: entities.Due) -> datetime:
@@ -111,9 +118,13 @@ def _anchor(due: entities.Due) -> datetime:
     return due if isinstance(due, datetime) else datetime.combine(due, REMIND_HOUR)
 
 
-def _remind_at(due: entities.Due, before: timedelta, now: datetime) -> datetime | None:
-    """The reminder `before` a due time, unless that has passed."""
-    at = _anchor(due) - before
+def _remind_at(due: entities.Due, when: entities.Reminder, now: datetime) -> datetime | None:
+    """The reminder `when` says for a due time, unless that has passed."""
+    if when.at is not None:  # "the evening before": a time of day, days before the due day
+        day = due.date() if isinstance(due, datetime) else due
+        at = datetime.combine(day - timedelta(days=when.before.days), when.at)
+    else:
+        at = _anchor(due) - when.before
     return at if at > now.replace(tzinfo=None) else None
 
 
@@ -126,9 +137,10 @@ def _reminder_offset(todo_: Mapping[str, Any]) -> timedelta | None:
 
 
 class Executor:
-    def __init__(self, calls: Calls, context: Context) -> None:
+    def __init__(self, calls: Calls, context: Context, shelf: Shelf | None = None) -> None:
         self._calls = calls
         self._context = context
+        self._shelf = shelf  # the person's documents, where the stub may read them
         self._resolver = Resolver(calls, context)
         self._now: datetime | None = None
         self._tz = ZoneInfo("UTC")  # the user's zone, read with `now`
@@ -192,21 +204,22 @@ class Executor:
         return replace(said, title=text)
 
     async def _extras(self, text: str, remind: bool) -> Said:
+        quick = entities.marked(text)
         text, tags = entities.take_tags(_LIST_SUFFIX.sub("", text))
-        text, before = entities.take_reminder(text, bare=remind)
+        text, when = entities.take_reminder(text, bare=remind)
         text, level = entities.take_priority(text)
         text = _LIST_SUFFIX.sub("", text)
         text, repeat = entities.take_repeat(text)
         due = None
         if entities.might_be_date(text):
-            text, due = entities.take_date(text, await self.now())
+            text, due = entities.take_date(text, await self.now(), quick=quick)
         if repeat is not None:
             due = _repeat_due(repeat, due, await self.now(), self._tz)
-        if before is None and remind:
-            before = timedelta(0)  # "remind me to ...": at the due time
+        if when is None and remind:
+            when = entities.Reminder()  # "remind me to ...": at the due time
         remind_at = None
-        if due is not None and before is not None:
-            remind_at = _remind_at(due, before, await self.now())
+        if due is not None and when is not None:
+            remind_at = _remind_at(due, when, await self.now())
         return Said(text, due, level, tuple(tags), remind_at, repeat)
 
     # -- adding ---------------------------------------------------------------------------
@@ -253,9 +266,79 @@ class Executor:
             **_fields(said),
         }
         result = todo(await self._calls("add_todo", arguments, "add that plan"))
-        lines = [f"- #{s.get('number')} {replies.title(s)}" for s in result.get("steps") or ()]
-        head = f"Added task {result.get('number')}: {replies.title(result)}{replies.extras(result)}"
-        return "\n".join([f"{head}, with {replies.count(len(lines), 'step')}:", *lines])
+        return _planned(result)
+
+    # -- documents ------------------------------------------------------------------------
+
+    def shelf(self) -> Shelf:
+        if self._shelf is None:
+            raise Stop("I can't read your documents here.")
+        return self._shelf
+
+    async def document(self, name: str) -> DocumentPublic:
+        """The person's document `name` names ("my notes": their only one), or Stop."""
+        documents = await self.shelf().documents()
+        if not documents:
+            raise Stop(replies.NO_DOCUMENTS)
+        titles = [document.title for document in documents]
+        if name.lower() in ANY_DOCUMENT:
+            found = list(range(len(documents))) if len(documents) == 1 else []
+        else:
+            found = resolver.best_named(name, titles)
+        if len(found) == 1:
+            return documents[found[0]]
+        shown = ", ".join(replies.named(title) for title in titles[: replies.MAX_CHOICES])
+        example = f'"Make tasks from my {replies.clean(titles[0], limit=60)}"'
+        if not found:
+            what = "which document" if name.lower() in ANY_DOCUMENT else None
+            head = (
+                f"Which document? You have {len(titles)}"
+                if what
+                else f"I couldn't find a document called {replies.named(name)}. You have"
+            )
+            raise Stop(f"{head}: {shown}. For example: {example}.")
+        matching = ", ".join(replies.named(titles[at]) for at in found[: replies.MAX_CHOICES])
+        raise Stop(f"{len(found)} documents match {replies.named(name)}: {matching}. Which one?")
+
+    async def ask_documents(self, command: AskDocuments) -> str:
+        """The best passage on the query (in the document named), quoted with its source."""
+        document = await self.document(command.document) if command.document else None
+        hits = await self.shelf().search(command.query)
+        if document is not None:
+            hits = [hit for hit in hits if hit.document_id == document.id]
+        if not hits:
+            if not await self.shelf().documents():
+                return replies.NO_DOCUMENTS
+            where = replies.named(document.title) if document else "your documents"
+            return (
+                f"I found nothing on {replies.named(command.query)} in {where}. Try other "
+                'words, for example: "Search my notes for wifi".'
+            )
+        best = hits[0]
+        return f"From {replies.source(best.title, best.heading)}:\n{replies.quote(best.text)}"
+
+    async def tasks_from_document(self, command: TasksFromDocument) -> str:
+        """One task named after the document (or the section named), its steps the items
+        still to do; in the document's list when the person may add to it."""
+        document = await self.document(command.document)
+        text = await self.shelf().text(document.id)
+        title, body = document.title, text
+        if command.section is not None:
+            title, body = _section(text, command.section, document.title)
+        steps = [replies.clean(step) for step in checklist.to_do(body)]
+        if not steps:
+            return (
+                f"{replies.named(title)} has nothing left to do: no unticked checklist items, "
+                "and no bullet or numbered items."
+            )
+        arguments: dict[str, Any] = {"title": replies.clean(title), "steps": steps[:MAX_STEPS]}
+        editable = {str(x.get("id")) for x in await self.lists() if x.get("role") != "viewer"}
+        if str(document.list_id) in editable:
+            arguments["list"] = str(document.list_id)
+        result = todo(await self._calls("add_todo", arguments, "add those steps"))
+        left = len(steps) - MAX_STEPS
+        more = f"\n({left} more left out: a task holds {MAX_STEPS} steps.)" if left > 0 else ""
+        return _planned(result) + more
 
     async def show_steps(self, command: ShowSteps) -> str:
         target = await self._resolver.find(command.ref, resolver.STEPS)
@@ -347,22 +430,22 @@ class Executor:
             # where that has passed, it is at the due time (the tools cannot clear one).
             if (offset := _reminder_offset(target.todo or {})) is not None:
                 new_due = _read_due(changes["due_at"])
-                kept = _remind_at(new_due, offset, now)
-                remind = kept or _remind_at(new_due, timedelta(0), now)
+                kept = _remind_at(new_due, entities.Reminder(offset), now)
+                remind = kept or _remind_at(new_due, entities.Reminder(), now)
                 if remind is not None:
                     changes["remind_at"] = remind.isoformat(timespec="minutes")
                 if kept is None and remind is not None:
                     note = " Its reminder is at the due time now: earlier would have passed."
         elif command.field == "remind":
             target = await self._resolver.find(command.ref, resolver.UPDATE, look_up=True)
-            before = entities.reminder_before(command.value) or timedelta(0)
+            when = entities.read_reminder(command.value) or entities.Reminder()
             due = _due_of(target.todo or {})
             if due is None:
                 return (
                     f"Task {target.todo_id} has no due time to remind you before. Give it one "
                     f'first, for example: "Move task {target.todo_id} to Friday at 3pm".'
                 )
-            remind_at = _remind_at(due, before, await self.now())
+            remind_at = _remind_at(due, when, await self.now())
             if remind_at is None:
                 return "That reminder would already have passed, so I left the task as it is."
             changes["remind_at"] = remind_at.isoformat(timespec="minutes")
@@ -485,6 +568,32 @@ class Executor:
             lines = [replies.line(t, show_done=False, overdue=_late(t, today)) for t in top]
             return "\n".join(["Most urgent first:", *lines])
         return _listing(command, found, today=today)
+
+
+def _planned(result: ToolResult) -> str:
+    """ "Added task 4: The move, with 3 steps:" and the steps, one a line."""
+    lines = [f"- #{s.get('number')} {replies.title(s)}" for s in result.get("steps") or ()]
+    head = f"Added task {result.get('number')}: {replies.title(result)}{replies.extras(result)}"
+    return "\n".join([f"{head}, with {replies.count(len(lines), 'step')}:", *lines])
+
+
+def _section(text: str, wanted: str, title: str) -> tuple[str, str]:
+    """The heading `wanted` names in a document, and the text under it (its subsections'
+    too); Stop, naming the headings there are, when it names none."""
+    parts = sections(text)
+    paths = list(
+        dict.fromkeys(part.path[:n] for part in parts for n in range(1, len(part.path) + 1))
+    )
+    found = resolver.best_named(wanted, [path[-1] for path in paths])
+    if len(found) != 1:
+        headings = ", ".join(replies.named(path[-1]) for path in paths[: replies.MAX_CHOICES])
+        raise Stop(
+            f"I couldn't find one section called {replies.named(wanted)} in "
+            f"{replies.named(title)}. Its headings: {headings or 'none'}."
+        )
+    path = paths[found[0]]
+    body = "\n\n".join(part.body for part in parts if part.path[: len(path)] == path)
+    return path[-1], body
 
 
 def _due_date(todo_: Mapping[str, Any]) -> date | None:

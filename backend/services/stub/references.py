@@ -62,3 +62,15 @@ def names_one(ref: str) -> bool:
     return explicit_id(ref) is not None or (
         words[0] in ("the", "my") and not (MANY_FIRST | MANY_ANY).intersection(words)
     )
+
+
+def points_at_one(ref: str) -> bool:
+    """Does `ref` point at one task by the conversation alone ("it", "that one", "the
+    second one", "task 3"), not by what it is about?"""
+    if explicit_id(ref) is not None:
+        return True
+    words = [w.lower() for w in words_of(ref)]
+    rest = [w for w in words[skip(words, 0, DETERMINERS) :] if w not in NOUNS]
+    return (bool(words) and not rest) or (
+        len(rest) == 1 and (rest[0] in PRONOUNS or entities.ordinal(rest[0]) is not None)
+    )

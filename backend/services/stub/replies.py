@@ -4,6 +4,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from backend.services.documents.sections import HEADING_JOINER
+
 EXAMPLES = '"Add a task to buy milk", "Show my tasks", "Mark task 2 as done" or "Delete task 3"'
 DIDNT_UNDERSTAND = f"Sorry, I didn't understand that. Try {EXAMPLES}."
 TOO_LONG = f"That is too long for me to follow. Try a short command, like {EXAMPLES}."
@@ -19,7 +21,9 @@ HELP = (
     '- "Rename task 1 to Call mom" or "Move task 1 to Friday"\n'
     '- "Delete task 3" or "Delete the dentist task" (to the trash: "What did I delete?", '
     '"Restore task 3", "Undo")\n'
-    '- "Plan the move: pack, book a van, clean" or "What are the steps for the move?"'
+    '- "Plan the move: pack, book a van, clean" or "What are the steps for the move?"\n'
+    '- "What does my packing list say about passports?" or "Make tasks from my moving '
+    'checklist"'
 )
 ADD_EXAMPLE = '"Add a task to buy milk"'
 ASK_WHAT = f"What should the task say? For example: {ADD_EXAMPLE}."
@@ -30,6 +34,12 @@ PLAN_NEEDS_MODEL = (
     'and I\'ll add them, for example: "Plan {title}: first step, second step, third step".'
 )
 MAX_ECHO = 60
+NO_DOCUMENTS = (
+    "You have no documents yet. Add a note, a checklist or minutes to a list first (on the "
+    'page), then ask "What does my packing list say about passports?" or "Make tasks from my '
+    'moving checklist".'
+)
+MAX_QUOTED_LINES = 12
 
 
 def clean(text: str, *, limit: int = 200) -> str:
@@ -101,3 +111,26 @@ def added(todos: Sequence[Mapping[str, Any]]) -> str:
 
 
 MAX_CHOICES = 10
+
+
+def named(text: str) -> str:
+    """A document's or section's name in a reply: “Moving checklist”."""
+    return f"\u201c{clean(text, limit=100)}\u201d"
+
+
+def source(title: str, heading: str) -> str:
+    """Where a passage is: its document, then its heading path, "“Moving” \u203a Week before" (a
+    path that starts with the title, the document's first heading, does not say it twice)."""
+    path = [part for part in heading.split(HEADING_JOINER) if part.strip()]
+    if path and path[0].strip() == title.strip():
+        path = path[1:]
+    return HEADING_JOINER.join([named(title), *(clean(part, limit=100) for part in path)])
+
+
+def quote(text: str) -> str:
+    """A passage quoted line by line: its lines can never read as a reply's own (a task
+    line "- #3 ..." is what the stub's context looks for)."""
+    lines = [clean(line, limit=300) for line in text.splitlines() if line.strip()]
+    if len(lines) > MAX_QUOTED_LINES:
+        lines = [*lines[:MAX_QUOTED_LINES], "\u2026"]
+    return "\n".join(f"> {line}" for line in lines)

@@ -5,7 +5,7 @@ One clear match acts, several candidates are named and asked about, none says so
 """
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +102,22 @@ def best_matches(phrase: str, todos: list[ToolResult]) -> list[ToolResult]:
             best = max(n for n, _ in good)
             return [todo for n, todo in good if n == best]
     return []
+
+
+# How close a name must be to a document's title or a heading (rapidfuzz's WRatio, which
+# reads "moving checklist" in "Moving checklist v2" and "runbook" in "Release runbook").
+NAME_SIMILARITY = 80
+
+
+def best_named(wanted: str, names: Sequence[str]) -> list[int]:
+    """The places in `names` of those `wanted` names best, when it names them well enough:
+    one, or several equally well (then the person is asked which)."""
+    scored = [
+        (fuzz.WRatio(wanted.casefold(), one.casefold(), score_cutoff=NAME_SIMILARITY), at)
+        for at, one in enumerate(names)
+    ]
+    best = max((score for score, _ in scored), default=0)
+    return [at for score, at in scored if best and score == best]
 
 
 @dataclass(frozen=True, slots=True)

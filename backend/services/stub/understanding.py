@@ -40,7 +40,8 @@ from backend.services.stub.commands import (
 )
 from backend.services.stub.context import Context
 from backend.services.stub.questions import list_request
-from backend.services.stub.references import explicit_id, names_one
+from backend.services.stub.reading import document_request
+from backend.services.stub.references import explicit_id, names_one, points_at_one
 from backend.services.stub.replies import LEFT_AS_IS, TOO_LONG, WELCOME, shorten
 
 
@@ -87,11 +88,15 @@ _THANKS = _rx(
 # Politeness and request framing in front of a command: "could you please", "I want to".
 _REQUEST = _rx(
     r"(?:please|pls|plz|kindly|ok|okay|so|and|also|now|then|hey|hi|hello|yo|just|quickly"
-    r"|actually|oh|oops|sorry|wait|um|umm|hmm|well|btw|no|nah|right|alright|hey there"
+    r"|actually|oh|oops|sorry|wait|um|umm|hmm|well|btw|no(?! more)|nah|right|alright|hey there"
+    r"|ugh|argh|haha|lol|omg|sigh|anyway|anyways"
     r"|(?:can|could|would|will) (?:you|u)(?: please| pls| kindly)?|(?:can|could|may) i(?: please)?"
     r"|i(?: would|'d)? like to|i want to|i wanna|let's|lets|let me|go ahead and)[,:!]? "
 )
-_TRAILING_FILLERS = (("please",), ("pls",), ("plz",), ("thanks",), ("thx",), ("thank", "you"))
+_TRAILING_FILLERS = (
+    ("please",), ("pls",), ("plz",), ("thanks",), ("thx",), ("thank", "you"), ("instead",),
+    ("haha",), ("lol",),
+)  # fmt: skip
 
 _REOPEN = (
     _rx(
@@ -171,7 +176,8 @@ _IS_UNDONE = _rx(
     r" (?:done|complete|completed|finished)(?: yet)?"
 )
 _IS_DONE = _rx(
-    rf"(?P<ref>.+?)(?: is| was| are| were| has been| have been)?(?: now| all| already)? {_DONE}"
+    r"(?P<ref>.+?)(?:'s| is| was| are| were| has been| have been)?(?: now| all| already)?"
+    rf" {_DONE}"
 )
 _IS_DUE = _rx(r"(?P<ref>.+?)(?: is| should be)? due (?P<new>.+)")
 # "the laundry can wait, make it low priority"
@@ -355,15 +361,16 @@ _MAKE_IT = _rx(
 )
 # "make task 2 at 9:30", "put it on friday": a task named plainly, and when it is due now.
 _MAKE_AT = _rx(r"(?:make|have|put|schedule) (?P<ref>.+?) (?P<new>(?:at|for|on|by) .+)")
-# "remind me about the dentist an hour before", "remind me 30 minutes before",
-# "remind me an hour before the dentist": a reminder for a task that has a due time.
+# "remind me about the dentist an hour before", "remind me 30 minutes before", "ping me the
+# evening before the vet", "nudge me the morning of the haircut": a reminder for a task that
+# has a due time, said after the task or before it.
 _REMIND_BEFORE = (
     _rx(
         rf"{entities.REMIND_ME}(?: (?:about|of|for) (?P<ref>.+?))?"
-        rf" (?P<before>(?:half )?\S+ \S+ {entities.BEFORE_WORDS}(?: (?:it's|its|it is) due)?)"
+        rf" (?P<before>{entities.REMINDER_WHEN})"
     ),
     _rx(
-        rf"{entities.REMIND_ME} (?P<before>(?:half )?\S+ \S+) before"
+        rf"{entities.REMIND_ME} (?P<before>{entities.REMINDER_WHEN})"
         r" (?P<ref>(?:the|my|task|#|it|that).*)"
     ),
 )
@@ -379,27 +386,50 @@ _REPEATS = _rx(
     r"(?P<ref>.+?) (?:should |will |needs to |has to |must )?(?:repeat|recur)s?"
     r"(?: on)? (?P<new>.+)"
 )
-# "stop repeating it", "don't repeat the bins any more", "make it a one-off".
+# "stop repeating it", "don't repeat the bins any more", "make it a one-off", "no more
+# repeats for the yoga", "the yoga doesn't need to repeat any more".
+_ANY_MORE = r"(?: any ?more| again| now| from now on| after all)?"
+_REPEATING = r"(?:repeating|recurring)"
+_ONE_OFF = (
+    r"(?:a one[- ]?off|one[- ]?off|a one[- ]?time thing|one[- ]?time|not repeat(?:ing)?"
+    r"|non-?recurring"
+    r"|just (?:the )?once)"
+)
 _STOP_REPEAT = (
-    _rx(r"(?:stop|quit) (?:repeating|recurring) (?P<ref>.+?)(?: any ?more)?"),
-    _rx(r"(?:don't|dont|do not|no longer) repeat (?P<ref>.+?)(?: any ?more| again)?"),
-    _rx(r"make (?P<ref>.+?) (?:a one-?off|one-?off|not repeat|non-?recurring|a one-?time thing)"),
+    _rx(rf"(?:stop|quit) {_REPEATING} (?P<ref>.+?){_ANY_MORE}"),
+    _rx(rf"(?:stop|quit) (?P<ref>.+?) (?:from )?{_REPEATING}{_ANY_MORE}"),
+    _rx(rf"(?:don't|dont|do not|no longer) repeat (?P<ref>.+?){_ANY_MORE}"),
+    _rx(rf"make (?P<ref>.+?) {_ONE_OFF}{_ANY_MORE}"),
     _rx(
         r"(?:stop|remove|cancel|delete|clear|drop|end) the (?:repeats?|repeating|recurrence"
         r"|repetition|series)(?: (?:from|on|of|for) (?P<ref>.+))?"
     ),
+    _rx(rf"no more (?:repeats?|{_REPEATING}|recurrences?)(?: (?:for|of|on|with) (?P<ref>.+))?"),
+    _rx(
+        r"i (?:don't|dont|do not|no longer) (?:want|need) (?P<ref>.+?) to (?:repeat|recur)"
+        rf"{_ANY_MORE}"
+    ),
 )
-_STOPS_REPEATING = _rx(
-    r"(?P<ref>.+?) (?:doesn't|does not|don't|do not|shouldn't|should not|won't|needn't|need not"
-    r"|no longer)"
-    r"(?: need to)? (?:repeat|recur)(?: any ?more)?"
+_STOPS_REPEATING = (
+    _rx(
+        r"(?P<ref>.+?) (?:doesn't|does not|don't|do not|shouldn't|should not|won't|needn't"
+        rf"|need not|no longer)(?: (?:need|have) to)? (?:repeat|recur){_ANY_MORE}"
+    ),
+    _rx(rf"(?P<ref>.+?) (?:is|are|should be|can be|will be) {_ONE_OFF}{_ANY_MORE}"),
+    _rx(rf"(?P<ref>.+?) (?:can|should|may) stop {_REPEATING}{_ANY_MORE}"),
 )
 # "I emailed Jo", "got the apples": past tense means done.
 _PAST = _rx(
-    r"(?:(?:i|we)(?:'ve|'d)? )?(?:(?:just|already|finally|have|had) )*"
+    r"(?P<who>(?:(?:i|we)(?:'ve|'d)? )?(?:(?:just|already|finally|have|had) )*)"
     r"(?P<verb>[a-z]{2,}ed|got|bought|paid|sent|wrote|took|made|did|rang|met|sold|fed|brought"
-    r"|went|swept|sorted|ate|drank|found|gave|ran|saw|spoke|told|hung|threw"
+    r"|went|swept|sorted|ate|drank|found|gave|ran|saw|spoke|told|hung|threw|put|cut|shut"
     r"|taken|written|given|done|eaten|seen|spoken|sent off|dropped off|picked up) (?P<rest>.+)"
+)
+# Past tenses spelt as the present: done only with "I", "we", "just"...
+_SAME_FORM = frozenset({"put", "cut", "shut"})
+# Verbs that say only that a thing was done: "finished that one" is "that one" done.
+_DID_VERBS = frozenset(
+    {"did", "done", "finished", "completed", "sorted", "handled", "tackled", "ticked", "closed"}
 )
 _DID_SPLIT = re.compile(r",\s*(?:and\s+)?|\s+and\s+", re.I)
 _NOT_PAST = frozenset(
@@ -476,8 +506,9 @@ _REQUESTS = re.compile(r"((?:[.!?;]\s+|,?\s+and\s+|,\s+)also\s+|[.!?;]\s+)", re.
 
 def _several(parts: list[str]) -> list[Command]:
     """The commands of several requests in one message, when each is understood alone (a
-    bare "Y" after "and also" is one more task) and together they add, list, and change at
-    most one existing task besides those said done; else nothing."""
+    bare "Y" after "and also" is one more task; chatter before the first is passed over)
+    and together they add, list, and change at most one existing task besides those said
+    done; else nothing."""
     commands: list[Command] = []
     for i in range(0, len(parts), 2):
         part = _strip_request(parts[i])
@@ -485,12 +516,32 @@ def _several(parts: list[str]) -> list[Command]:
         found = _understood(part) if part else []
         if not found and also and commands and isinstance(commands[-1], AddTask):
             found = _adds(_ARTICLE_START.sub("", part))
-        if not found:
-            return []
+        if not found and (commands or not _chatter(part)):
+            return []  # only chatter before the first request is passed over
         commands += found
     changes = [c for c in commands if isinstance(c, UpdateTask | DeleteTask)]
     allowed = AddTask | SetCompleted | UpdateTask | DeleteTask | ListTasks
     return commands if len(changes) <= 1 and all(isinstance(c, allowed) for c in commands) else []
+
+
+# Words that start a request: a sentence starting so that is not understood is a request
+# misread, never chatter to pass over.
+_REQUEST_VERBS = frozenset(
+    [
+        "add", "delete", "remove", "mark", "rename", "postpone", "push", "complete", "remind",
+        "set", "show", "list", "undo", "restore", "reopen", "stop", "repeat", "bump", "delay",
+        "reschedule", "assign", "put", "create", "tick", "cross", "clear", "drop", "edit",
+        "ping", "nudge", "alert", "notify", "make",
+    ]
+)  # fmt: skip
+
+
+def _chatter(sentence: str) -> bool:
+    """ "ugh I keep forgetting the charger haha", "so tired": a sentence of conversation
+    beside a request ("... add buy a charger"), passed over; a sentence that starts like a
+    request ("move the dentist to the afternoon") is not."""
+    first = sentence.split(" ", 1)[0].lower().strip(",:;!?")
+    return first not in TASK_VERBS and first not in _REQUEST_VERBS
 
 
 def _understood(text: str, *, date_first: bool = True) -> list[Command]:
@@ -534,8 +585,11 @@ def _did(text: str) -> list[Command]:
 
 def _done(text: str) -> SetCompleted | None:
     match = _PAST.fullmatch(text)
-    if match is None or match["verb"].lower() in _NOT_PAST:
-        return None
+    verb = match["verb"].lower() if match else ""
+    if match is None or verb in _NOT_PAST or (verb in _SAME_FORM and not match["who"]):
+        return None  # "put the bins out" asks; "I put the bins out" says it is done
+    if match["verb"].lower() in _DID_VERBS and points_at_one(match["rest"]):
+        return SetCompleted(match["rest"], completed=True)  # "finished that one" after a list
     return SetCompleted(f"{match['verb']} {match['rest']}", completed=True)
 
 
@@ -581,7 +635,7 @@ def _reads_as_task(text: str) -> bool:
         return bool(rest)  # "water the plants every other thursday"
     if not entities.might_be_date(rest):
         return False
-    rest, due = entities.take_date(rest, entities.ANY_DAY)
+    rest, due = entities.take_date(rest, entities.ANY_DAY, quick=entities.marked(text))
     return due is not None and bool(rest.strip(" ,;:-"))
 
 
@@ -676,7 +730,10 @@ _HEADING = _rx(
 
 
 def _command(text: str) -> Command | None:
-    """A command that starts with its verb, a list request, or "task 3 is done"."""
+    """A request about documents, a command that starts with its verb, a list request, or
+    "task 3 is done"."""
+    if (intent := document_request(text)) is not None:
+        return intent
     for pattern, build in _VERB_RULES:
         if (match := pattern.fullmatch(text)) and (intent := build(match)) is not None:
             return intent
@@ -699,10 +756,10 @@ def _ref(match: re.Match[str]) -> str | None:
 
 def _one_ref(match: re.Match[str]) -> str | None:
     """The task, when the sentence has no verb up front and must name it plainly: "task 3",
-    "the report", or the task's own words ("call the vet is done")."""
+    "the report", "that one", or the task's own words ("call the vet is done")."""
     ref: str = match["ref"]
     own_words = " " in ref and ref.split(" ", 1)[0].lower() in TASK_VERBS
-    return ref if names_one(ref) or own_words else None
+    return ref if names_one(ref) or own_words or points_at_one(ref) else None
 
 
 def _set_completed(completed: bool, ref: Callable[[re.Match[str]], str | None] = _ref) -> Rule:
@@ -731,8 +788,10 @@ def _add_steps(match: re.Match[str]) -> Command | None:
 def _make_it(match: re.Match[str]) -> Command | None:
     if entities.REPEAT_START.match(match["new"]):
         return UpdateTask(match["ref"], "repeat", match["new"])  # "make it every wednesday"
-    if entities.priority_in(match["new"]) or entities.is_date(match["new"]):
-        return None  # "make it urgent", "make it friday": the priority and update rules
+    if entities.priority_in(match["new"]):
+        return None  # "make it urgent": the priority rule
+    if entities.is_date(match["new"]):  # "make it friday", "can you make it 6pm instead"
+        return UpdateTask(match["ref"], "due", match["new"])
     return UpdateTask(match["ref"], "title", match["new"])
 
 
@@ -806,9 +865,7 @@ def _make_at(match: re.Match[str]) -> Command | None:
 def _remind_before(match: re.Match[str]) -> Command | None:
     ref = match["ref"] or "it"
     before = match["before"]
-    if entities.reminder_before(before) is None:
-        before = f"{before} before"  # "an hour before the dentist"
-    if entities.reminder_before(before) is None:
+    if entities.read_reminder(before) is None:
         return None
     if entities.might_be_date(ref) and entities.says_date(ref):
         return None  # "remind me about the dentist at 3pm, an hour before": a new task
@@ -868,7 +925,7 @@ _VERB_RULES: list[tuple[re.Pattern[str], Rule]] = [
 _STATE_RULES: list[tuple[re.Pattern[str], Rule]] = [
     *((pattern, lambda m: ListTasks(list=m["name"])) for pattern in _SHOW_LIST),
     (_CAN_WAIT, _can_wait),
-    (_STOPS_REPEATING, _stop_repeat),
+    *((pattern, _stop_repeat) for pattern in _STOPS_REPEATING),
     (_REPEATS, _repeat),
     (_IS_UNDONE, _set_completed(False, _one_ref)),
     (_IS_DONE, _set_completed(True, _one_ref)),

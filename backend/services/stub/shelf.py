@@ -1,0 +1,50 @@
+"""What the stub reads of a person's documents: their titles, a document's text, and the
+passages a search finds. Reading only, through the documents services (search is the very
+one behind the `search_documents` tool), each call in a transaction acting as the person,
+so row-level security decides what they may read. Every change the stub makes still goes
+through the tools."""
+
+import uuid
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from backend.errors import DocumentNotFound
+from backend.models.document import DocumentPublic
+from backend.services.documents import search, store
+from backend.services.documents.search import PassageHit
+from backend.services.stub.calls import Stop
+
+# A transaction acting as the person (`Database.transaction(as_user=...)`).
+Transaction = Callable[[], AbstractAsyncContextManager[AsyncSession]]
+# How many passages a search brings, for the stub to keep those of the document named.
+SEARCHED = search.MAX_LIMIT
+
+
+class Shelf:
+    def __init__(self, transaction: Transaction, *, user: str) -> None:
+        self._transaction = transaction
+        self._user = user
+        self._documents: list[DocumentPublic] | None = None
+
+    async def documents(self) -> list[DocumentPublic]:
+        """The documents the person reads, newest first (asked once)."""
+        if self._documents is None:
+            async with self._transaction() as db:
+                self._documents = (await store.list_documents(db=db, user=self._user)).data
+        return self._documents
+
+    async def text(self, document_id: uuid.UUID) -> str:
+        try:
+            async with self._transaction() as db:
+                return (await store.get_document(db=db, document_id=document_id)).text
+        except DocumentNotFound:  # deleted, or its list left, since it was listed
+            raise Stop("That document is gone from your lists.") from None
+
+    async def search(self, query: str) -> list[PassageHit]:
+        """The best passages for `query` in every document the person reads."""
+        async with self._transaction() as db:
+            return await search.search_passages(
+                db, user=self._user, query=query, list_id=None, limit=SEARCHED
+            )

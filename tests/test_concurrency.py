@@ -126,6 +126,7 @@ async def test_a_turn_finishing_while_the_next_opens_in_its_session_takes_locks_
                         session_id=session_id,
                         message_id=uuid.uuid4(),
                         turn_id=turn_id,
+                        reply_to=None,
                         content="done",
                         using_stub=False,
                         usage=Usage(),
@@ -134,7 +135,7 @@ async def test_a_turn_finishing_while_the_next_opens_in_its_session_takes_locks_
             finished = asyncio.create_task(finishing())
             await asyncio.sleep(0.3)  # the finish is now waiting for the user's row
             await opening.execute(
-                text("UPDATE agent_sessions SET lease_owner = NULL WHERE id = :id"),
+                text("UPDATE agent_sessions SET updated_at = now() WHERE id = :id"),
                 {"id": session_id},
             )
         await asyncio.wait_for(finished, 10)

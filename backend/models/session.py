@@ -72,6 +72,11 @@ class AgentSession(SQLModel, table=True):
     # lapsed still names its turn: another replica's sweeper takes it over and finishes it.
     lease_owner: uuid.UUID | None = None
     lease_expires_at: datetime | None = OptionalTimestamp()
+    # How many times a turn of this session was taken over: each new attempt numbers its
+    # stream's events after those of the attempts before it.
+    takeovers: int = Field(
+        default=0, sa_column=Column(Integer, nullable=False, server_default=text("0"))
+    )
     prompt_tokens: int = _token_column()
     completion_tokens: int = _token_column()
     total_tokens: int = _token_column()

@@ -211,9 +211,10 @@ class OpenAIAgentService:
         turn_id = uuid.uuid4()
         lease_s = self._settings.chat_session_lease_s
         async with self._database.connection(as_user=owner) as db:
-            if not await turns.take_over(
+            attempt = await turns.take_over(
                 db, session_id=session_id, lapsed=lapsed, turn_id=turn_id, lease_s=lease_s
-            ):
+            )
+            if attempt is None:
                 return False
             resumed = await turns.resume(
                 db,

@@ -137,9 +137,10 @@ _RECORD_TOOL_CALL = text(RECORD_TOOL_CALL).bindparams(
 _TAKE_OVER = text(
     """
     UPDATE agent_sessions SET lease_owner = :turn,
-                              lease_expires_at = now() + make_interval(secs => :lease)
+                              lease_expires_at = now() + make_interval(secs => :lease),
+                              takeovers = takeovers + 1
     WHERE id = :session AND lease_owner = :lapsed AND lease_expires_at < now()
-    RETURNING id
+    RETURNING takeovers
     """
 )
 # What a new attempt at a turn starts from, as `todo_open_turn` reads it for a new turn.
@@ -466,13 +467,15 @@ async def take_over(
     lapsed: uuid.UUID,
     turn_id: uuid.UUID,
     lease_s: float,
-) -> bool:
-    """Take a lapsed turn's lease for the attempt `turn_id`; False if another took it, or
-    the lapsed attempt finished after all."""
+) -> int | None:
+    """Take a lapsed turn's lease for the attempt `turn_id`: the session's count of
+    takeovers, this one included (the attempt's number); None if another took it, or the
+    lapsed attempt finished after all."""
     taken = await db.execute(
         _TAKE_OVER, {"session": session_id, "lapsed": lapsed, "turn": turn_id, "lease": lease_s}
     )
-    return taken.first() is not None
+    attempt: int | None = taken.scalar()
+    return attempt
 
 
 @dataclass(frozen=True, slots=True)

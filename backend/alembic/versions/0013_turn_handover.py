@@ -14,6 +14,8 @@ once its lease lapses. For that to happen exactly once:
   as `todo_open_turn` does, and says whether the turn was taken over.
 - `todo_open_turn` takes a session only when no turn holds it: a lapsed lease still names
   a turn that must be finished first, by the sweeper, not dropped by the next message.
+- `agent_sessions.takeovers`: counts the takeovers of the session's turns, so that each
+  new attempt at a turn numbers its stream's events after the ones before it.
 - `todo_lapsed_turns(n)`: the sessions whose turn's lease lapsed, for the worker role,
   which sees no one's sessions (a definer function, as in 0007); it reads a partial index.
 - `idempotency_keys.message_id`: the user message a key's turn stored, so that a retry
@@ -142,6 +144,10 @@ def upgrade() -> None:
         ["lease_expires_at"],
         postgresql_where=sa.text("lease_owner IS NOT NULL"),
     )
+    op.add_column(
+        "agent_sessions",
+        sa.Column("takeovers", sa.Integer(), server_default=sa.text("0"), nullable=False),
+    )
     op.add_column("idempotency_keys", sa.Column("message_id", sa.Uuid(), nullable=True))
     op.execute(f"DROP FUNCTION {_OLD_FINISH}")
     op.execute(_FINISH_TURN)
@@ -159,6 +165,7 @@ def downgrade() -> None:
     old = import_module("backend.alembic.versions.0007_lists_sharing_rls")._FINISH_TURN
     op.execute(old)
     op.drop_column("idempotency_keys", "message_id")
+    op.drop_column("agent_sessions", "takeovers")
     op.drop_index("ix_agent_sessions_lease", table_name="agent_sessions")
     op.drop_index("ux_agent_messages_reply_to", table_name="agent_messages")
     op.drop_column("agent_messages", "reply_to")

@@ -6,7 +6,9 @@ A turn touches the database in short transactions only, never while the model th
   tools:  each tool call commits its effect together with its record in the conversation;
   finish: store the reply, bump the session, release the lease, count tokens (1 statement).
 The lease lives in the session row, so it holds across processes and replicas, and it
-expires, so a process that dies mid-turn cannot wedge the session.
+expires: the turn of a process that died mid-turn is taken over and finished by another
+replica's sweeper (`take_over`, `resume`; services/sweeper.py), each attempt with its own
+token, so that only the attempt holding the session records tool calls or a reply.
 
 This is the hot path of every chat turn, so its statements are written once, as SQL over
 the tables of `backend.models.session` and `backend.models.user`: building and caching

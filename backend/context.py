@@ -14,7 +14,7 @@ from backend.services.outbox.reminders import ReminderClock
 from backend.services.outbox.upkeep import Upkeep
 from backend.services.outbox.webhooks import WebhookDispatcher
 from backend.services.outbox.worker import BackgroundWorker
-from backend.services.ui_stream import UIStreams
+from backend.services.turn_streams import TurnStreams
 from backend.services.users import KnownUsers
 from backend.settings import Settings
 
@@ -29,16 +29,17 @@ class AppContext:
     events: EventHub
     reminders: ReminderClock
     upkeep: Upkeep
+    turn_streams: TurnStreams
     webhooks: WebhookDispatcher | None = None
     known_users: KnownUsers = field(default_factory=KnownUsers)
     feed_limiter: FeedLimiter = field(default_factory=FeedLimiter)
-    ui_streams: UIStreams = field(default_factory=UIStreams)
 
     @classmethod
     def create(cls, settings: Settings) -> "AppContext":
         http = httpx.AsyncClient()
         database = Database(settings, on_statement=metrics.count_statement)
         events = EventHub(settings, database)
+        turn_streams = TurnStreams(database, events)
         known_users = KnownUsers()
         events.on_forget(known_users.discard)
         webhooks = None
@@ -50,10 +51,11 @@ class AppContext:
             database=database,
             http=http,
             verifier=TokenVerifier(settings, http),
-            agent=OpenAIAgentService.from_settings(settings, database),
+            agent=OpenAIAgentService.from_settings(settings, database, turn_streams),
             events=events,
             reminders=ReminderClock(settings, database),
             upkeep=Upkeep(settings, database),
+            turn_streams=turn_streams,
             webhooks=webhooks,
             known_users=known_users,
         )

@@ -656,13 +656,17 @@ class OpenAIAgentService:
 
 
 def _tell_end(turn: Turn, ended: "asyncio.Task[ChatResponse]") -> None:
-    """The turn's last event: its reply, or why there is none."""
+    """The turn's last event: its reply, or why there is none. A turn is cancelled only
+    when its process stops: another replica takes it over, so its streams end here
+    without a last event, and their clients join it again (with their Last-Event-ID)."""
+    if turn.feed is None:
+        return
     if ended.cancelled():
-        turn.send("error", {"detail": "The turn was cancelled."})
+        turn.feed.leave()
     elif (failure := ended.exception()) is not None:
         detail = failure.detail if isinstance(failure, DomainError) else "Internal error."
         turn.send("error", {"detail": detail})
-    elif turn.feed is not None:
+    else:
         turn.feed.finish(ended.result(), turn.steps)
 
 

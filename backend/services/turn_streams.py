@@ -214,6 +214,15 @@ class TurnFeed(Feed):
         """The turn's reply: its `done` event."""
         self._add(FeedEvent(self.attempt, len(self.events) + 1, "done", step, response=response))
 
+    def leave(self) -> None:
+        """The turn stopped here unfinished, for another replica to take over: the streams
+        that read it here end without a last event; those joined from elsewhere wait for
+        the next attempt."""
+        if not self.finished:
+            self.finished = True
+            self._wake()
+            self._end()
+
     def _add(self, event: FeedEvent) -> None:
         if self.finished:
             return
@@ -221,8 +230,11 @@ class TurnFeed(Feed):
         if self.publish is not None:
             self.publish(self, [event])
         if self.finished:
-            self.ended_at = time.monotonic()
-            self._ended(self)
+            self._end()
+
+    def _end(self) -> None:
+        self.ended_at = time.monotonic()
+        self._ended(self)
 
 
 class JoinedFeed(Feed):

@@ -15,7 +15,7 @@ from backend.services.outbox.upkeep import Upkeep
 from backend.services.outbox.webhooks import WebhookDispatcher
 from backend.services.outbox.worker import BackgroundWorker
 from backend.services.sweeper import TurnSweeper
-from backend.services.ui_stream import UIStreams
+from backend.services.turn_streams import TurnStreams
 from backend.services.users import KnownUsers
 from backend.settings import Settings
 
@@ -31,23 +31,24 @@ class AppContext:
     reminders: ReminderClock
     upkeep: Upkeep
     sweeper: TurnSweeper
+    turn_streams: TurnStreams
     webhooks: WebhookDispatcher | None = None
     known_users: KnownUsers = field(default_factory=KnownUsers)
     feed_limiter: FeedLimiter = field(default_factory=FeedLimiter)
-    ui_streams: UIStreams = field(default_factory=UIStreams)
 
     @classmethod
     def create(cls, settings: Settings) -> "AppContext":
         http = httpx.AsyncClient()
         database = Database(settings, on_statement=metrics.count_statement)
         events = EventHub(settings, database)
+        turn_streams = TurnStreams(database, events)
         known_users = KnownUsers()
         events.on_forget(known_users.discard)
         webhooks = None
         if settings.webhooks_enabled:
             webhooks = WebhookDispatcher(settings, database, source=events.source)
             events.on_notify(webhooks.wake)
-        agent = OpenAIAgentService.from_settings(settings, database)
+        agent = OpenAIAgentService.from_settings(settings, database, turn_streams)
         return cls(
             settings=settings,
             database=database,
@@ -58,6 +59,7 @@ class AppContext:
             reminders=ReminderClock(settings, database),
             upkeep=Upkeep(settings, database),
             sweeper=TurnSweeper(settings, database, agent),
+            turn_streams=turn_streams,
             webhooks=webhooks,
             known_users=known_users,
         )

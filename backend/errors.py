@@ -96,6 +96,14 @@ class InvalidLastEventId(DomainError):
     detail = "Last-Event-ID must be the id of an event of this stream (a whole number)."
 
 
+class InvalidTurnEventId(DomainError):
+    status_code = 422
+    detail = (
+        "Last-Event-ID must be the id of an event of this turn's stream (<attempt>-<seq>, "
+        "such as 0-12)."
+    )
+
+
 class CalendarNotFound(NotFound):
     detail = "No calendar feed here."
 

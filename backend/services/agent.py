@@ -48,7 +48,7 @@ from backend.models.chat import ChatRequest, ChatResponse, ToolCallPublic, ToolR
 from backend.models.session import Usage
 from backend.services import approvals, idempotency, turns, undo
 from backend.services.idempotency import Replay
-from backend.services.model_calls import Emit, ModelCaller, ModelUnavailable
+from backend.services.model_calls import ModelCaller, ModelUnavailable
 from backend.services.stub import StubResponder
 from backend.services.tools import (
     TOOL_NAMES,
@@ -59,6 +59,7 @@ from backend.services.tools import (
     error,
     needs_approval,
 )
+from backend.services.turn_streams import TurnFeed, TurnStreams
 from backend.services.turns import Opening
 from backend.services.users import upsert_user
 from backend.settings import Settings
@@ -96,7 +97,14 @@ class Turn:
     calls: list[ToolCallPublic] = field(default_factory=list)
     results: list[ToolResultPublic] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
-    emit: Emit | None = None
+    streamed: bool = False  # the model's text is told as it is written (`delta` events)
+    # Its events, for the client that asked and for streams joined on any replica
+    # (turn_streams.py); set by `start`.
+    feed: TurnFeed | None = None
+    # 0, or how many times replicas that died left the turn to another: event ids go on.
+    attempt: int = 0
+    # How the client that asked has the turn told (ui_stream.py), so joined streams match.
+    told_as: Mapping[str, Any] | None = None
     lease_lost: bool = False
     idempotency_key: str | None = None
     model_calls: int = 0
@@ -125,8 +133,8 @@ class Turn:
     handed_over: bool = False
 
     def send(self, event: str, data: dict[str, Any]) -> None:
-        if self.emit is not None:
-            self.emit(event, data)
+        if self.feed is not None:
+            self.feed.add(event, data, self.steps)
 
 
 class OpenAIAgentService:
@@ -137,42 +145,44 @@ class OpenAIAgentService:
         database: Database,
         caller: ModelCaller | None,
         stub: StubResponder | None = None,
+        streams: TurnStreams | None = None,
     ) -> None:
         self._settings = settings
         self._database = database
         self._caller = caller  # None: no model configured, the stub answers
         self._stub = stub or StubResponder()
+        self._streams = streams or TurnStreams(database)
         self._running: dict[asyncio.Task[ChatResponse], Turn] = {}
         self._chores: set[asyncio.Task[None]] = set()
 
     @classmethod
-    def from_settings(cls, settings: Settings, database: Database) -> "OpenAIAgentService":
-        return cls(settings=settings, database=database, caller=ModelCaller.from_settings(settings))
+    def from_settings(
+        cls, settings: Settings, database: Database, streams: TurnStreams | None = None
+    ) -> "OpenAIAgentService":
+        caller = ModelCaller.from_settings(settings)
+        return cls(settings=settings, database=database, caller=caller, streams=streams)
 
     def start(self, turn: Turn) -> "asyncio.Task[ChatResponse]":
         """Run the turn as its own task: it completes and is stored even if the client that
-        asked goes away, and shutdown waits for it."""
+        asked goes away, and shutdown waits for it. Its events go to its feed, which any
+        replica can join; it ends with `done`, or `error` (`detail`) if the turn fails."""
+        meta = {"message_id": str(turn.assistant_message_id), **(turn.told_as or {})}
+        turn.feed = self._streams.open(turn.session_id, attempt=turn.attempt, meta=meta)
         task = asyncio.create_task(self.run(turn), name=f"turn-{turn.id}")
         self._running[task] = turn
         task.add_done_callback(self._forget)
+        task.add_done_callback(functools.partial(_tell_end, turn))
         return task
 
     def _forget(self, task: "asyncio.Task[ChatResponse]") -> None:
         self._running.pop(task, None)
 
-    def stream(self, turn: Turn, emit: Emit) -> None:
-        """Start the turn, telling `emit` its events as they happen; a turn that fails is
-        told as an `error` event (`detail`) instead of `done`."""
-        turn.emit = emit
-
-        def report_failure(done: "asyncio.Task[ChatResponse]") -> None:
-            if done.cancelled():
-                emit("error", {"detail": "The turn was cancelled."})
-            elif (failure := done.exception()) is not None:
-                detail = failure.detail if isinstance(failure, DomainError) else "Internal error."
-                emit("error", {"detail": detail})
-
-        self.start(turn).add_done_callback(report_failure)
+    def stream(self, turn: Turn) -> TurnFeed:
+        """Start the turn with the model's text told as it is written; its feed."""
+        turn.streamed = True
+        self.start(turn)
+        assert turn.feed is not None
+        return turn.feed
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
@@ -227,6 +237,7 @@ class OpenAIAgentService:
             async with self._database.connection(as_user=owner) as db:
                 await turns.release_lease(db, session_id=session_id, turn_id=turn_id)
             return False
+        turn.attempt = attempt  # its stream's events go on after the lapsed attempt's
         metrics.TURNS_TAKEN_OVER.inc()
         logger.info("turn taken over", extra={"session_id": str(session_id)})
         self.start(turn)
@@ -498,8 +509,6 @@ class OpenAIAgentService:
             heartbeat.cancel()
             if response is None and not turn.handed_over:
                 self._background(self._release_later(turn))
-        if turn.emit is not None:
-            turn.emit("done", response.model_dump(mode="json"))
         return response
 
     async def _answer(self, turn: Turn) -> tuple[str, bool]:
@@ -786,6 +795,21 @@ class OpenAIAgentService:
     def _summary(self, turn: Turn, *, unreachable: bool = True) -> str:
         results = [result.result for result in turn.results]
         return _summary(results, called=bool(turn.calls), unreachable=unreachable)
+
+
+def _tell_end(turn: Turn, ended: "asyncio.Task[ChatResponse]") -> None:
+    """The turn's last event: its reply, or why there is none. A turn is cancelled only
+    when its process stops: another replica takes it over, so its streams end here
+    without a last event, and their clients join it again (with their Last-Event-ID)."""
+    if turn.feed is None:
+        return
+    if ended.cancelled():
+        turn.feed.leave()
+    elif (failure := ended.exception()) is not None:
+        detail = failure.detail if isinstance(failure, DomainError) else "Internal error."
+        turn.send("error", {"detail": detail})
+    else:
+        turn.feed.finish(ended.result(), turn.steps)
 
 
 class _Heartbeat:

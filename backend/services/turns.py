@@ -90,9 +90,14 @@ _OPEN_TURN = Statement(
         " :spacing, :tau, :timezone, :message, :content, :title, :adds, :limit)"
     )
 )
-_FIND_CHAT_SESSION = text(
+# The user's session by its id or a client's chat id (the id first), and whether a turn
+# runs in it: one holds the lease, or held it until `takeover` seconds ago (its replica
+# died, and another takes the turn over).
+_SESSION_TURN = text(
     """
-    SELECT id FROM agent_sessions
+    SELECT id, lease_owner IS NOT NULL
+               AND lease_expires_at > now() - make_interval(secs => :takeover) AS running
+    FROM agent_sessions
     WHERE user_id = :owner AND (id = CAST(:session AS uuid) OR chat_id = :chat)
     ORDER BY id = CAST(:session AS uuid) DESC NULLS LAST
     LIMIT 1
@@ -365,10 +370,24 @@ async def find_chat_session(db: AsyncConnection, *, owner: str, chat_id: str) ->
         as_uuid: uuid.UUID | None = uuid.UUID(chat_id)
     except ValueError:
         as_uuid = None
-    row = (
-        await db.execute(_FIND_CHAT_SESSION, {"owner": owner, "chat": chat_id, "session": as_uuid})
-    ).first()
-    return None if row is None else row[0]
+    found = await session_turn(db, owner=owner, session_id=as_uuid, chat_id=chat_id)
+    return None if found is None else found[0]
+
+
+async def session_turn(
+    db: AsyncConnection,
+    *,
+    owner: str,
+    session_id: uuid.UUID | None,
+    chat_id: str | None,
+    takeover_s: float = 0.0,
+) -> tuple[uuid.UUID, bool] | None:
+    """The user's session with the id, else the one bound to the chat id, and whether a
+    turn runs in it (one whose lease lapsed less than `takeover_s` ago still does); None
+    when there is none."""
+    params = {"owner": owner, "session": session_id, "chat": chat_id, "takeover": takeover_s}
+    row = (await db.execute(_SESSION_TURN, params)).first()
+    return None if row is None else (row.id, row.running)
 
 
 async def renew_lease(

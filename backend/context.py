@@ -17,7 +17,8 @@ from backend.services.outbox.upkeep import Upkeep
 from backend.services.outbox.vectors import PassageVectors, vectors_present
 from backend.services.outbox.webhooks import WebhookDispatcher
 from backend.services.outbox.worker import BackgroundWorker
-from backend.services.ui_stream import UIStreams
+from backend.services.sweeper import TurnSweeper
+from backend.services.turn_streams import TurnStreams
 from backend.services.users import KnownUsers
 from backend.settings import Settings
 
@@ -34,6 +35,8 @@ class AppContext:
     events: EventHub
     reminders: ReminderClock
     upkeep: Upkeep
+    sweeper: TurnSweeper
+    turn_streams: TurnStreams
     webhooks: WebhookDispatcher | None = None
     # The embeddings model (EMBEDDINGS_MODEL); `semantic` is it once the database is known
     # to hold vectors (pgvector): what search asks for a query's vector.
@@ -42,39 +45,43 @@ class AppContext:
     vectors: PassageVectors | None = None
     known_users: KnownUsers = field(default_factory=KnownUsers)
     feed_limiter: FeedLimiter = field(default_factory=FeedLimiter)
-    ui_streams: UIStreams = field(default_factory=UIStreams)
 
     @classmethod
     def create(cls, settings: Settings) -> "AppContext":
         http = httpx.AsyncClient()
         database = Database(settings, on_statement=metrics.count_statement)
         events = EventHub(settings, database)
+        turn_streams = TurnStreams(database, events)
         known_users = KnownUsers()
         events.on_forget(known_users.discard)
         webhooks = None
         if settings.webhooks_enabled:
             webhooks = WebhookDispatcher(settings, database, source=events.source)
             events.on_notify(webhooks.wake)
+        agent = OpenAIAgentService.from_settings(settings, database, turn_streams)
         return cls(
             settings=settings,
             database=database,
             http=http,
             verifier=TokenVerifier(settings, http),
-            agent=OpenAIAgentService.from_settings(settings, database),
+            agent=agent,
             events=events,
             reminders=ReminderClock(settings, database),
             upkeep=Upkeep(settings, database),
+            sweeper=TurnSweeper(settings, database, agent),
+            turn_streams=turn_streams,
             webhooks=webhooks,
             embeddings=Embeddings(settings) if settings.embeddings_model else None,
             known_users=known_users,
         )
 
     def _background(self) -> list[BackgroundWorker]:
-        """What runs beside the requests: the outbox's readers."""
+        """What runs beside the requests: the outbox's readers, and the turn sweeper."""
         return [
             self.events,
             self.reminders,
             self.upkeep,
+            self.sweeper,
             *([self.webhooks] if self.webhooks else []),
             *([self.vectors] if self.vectors else []),
         ]

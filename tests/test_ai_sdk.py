@@ -49,6 +49,16 @@ def with_model(
 
 
 @pytest.fixture(scope="module")
+def elsewhere(
+    with_model: ServerProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """Another replica beside `with_model`, on the same database and model."""
+    log = tmp_path_factory.mktemp("ai-sdk-elsewhere") / "serve.log"
+    with ServerProcess(with_model.env, log=log) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
 def without_key(
     node: str, database_url: str, engine: object, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
@@ -224,6 +234,34 @@ def check_version(r: dict[str, dict[str, Any]], version: str) -> None:
     for name in ("unauthorized", "forbidden", "not_found", "invalid"):
         assert '"detail"' in r[name]["thrown"]
     assert r["resume"] == {"status": 204, "stream": None}
+
+
+def test_a_reload_mid_answer_resumes_the_stream_on_another_replica(
+    with_model: ServerProcess, elsewhere: ServerProcess, model: FakeOpenAI
+) -> None:
+    """useChat({resume: true}) after a reload that a load balancer sent to another replica:
+    the package's reconnectToStream gets the running answer there, from its start."""
+    words = [f"word{i} " for i in range(10)]
+    for _ in VERSIONS:
+        model.script(reply("".join(words), chunks=words, chunk_interval_s=0.25))
+    ops = [
+        {
+            "op": "resumeElsewhere",
+            "name": "reload",
+            "user": "alice",
+            "chatId": "reload",
+            "text": "Tell me slowly",
+            "resumeUrl": elsewhere.url,
+        }
+    ]
+    results = run(with_model, ops)
+    for version in VERSIONS:
+        r = results[version]["reload"]
+        assert r["resumeStatus"] == 200, version
+        assert r["resumed"]["errors"] == [] == r["posted"]["errors"], version
+        assert r["resumed"]["chunks"] == r["posted"]["chunks"], version
+        assert r["resumed"]["message"] == r["posted"]["message"], version
+        assert text_of(r["resumed"]["message"]) == "".join(words), version
 
 
 ADD, LIST = "Add a task to buy milk", "Show me all my tasks"

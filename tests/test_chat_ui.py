@@ -301,11 +301,7 @@ def test_a_turn_that_fails_mid_stream_ends_with_an_error_chunk() -> None:
     stream.on_event("error", {"detail": "This turn lost its session."}, 1)
     stream.on_event("done", {"response": "late", "using_stub": False, "usage": {}}, 1)
 
-    async def read() -> list[str]:
-        return [frame async for frame in stream.frames(keepalive_s=1)]
-
-    frames = "".join(asyncio.run(read())).split("\n\n")
-    chunks = [json.loads(f.removeprefix("data: ")) for f in frames if f and f != "data: [DONE]"]
+    chunks = [json.loads(f.removeprefix("data: ")) for f in stream.take().split("\n\n") if f]
     assert [c["type"] for c in chunks] == [
         "start",
         "start-step",
@@ -316,7 +312,6 @@ def test_a_turn_that_fails_mid_stream_ends_with_an_error_chunk() -> None:
         "error",
     ]
     assert chunks[-1] == {"type": "error", "errorText": "This turn lost its session."}
-    assert frames[-2:] == ["data: [DONE]", ""]
 
 
 # Approvals. With "approvals": "ai-sdk" (an AI SDK 6 client) a held call is a card: the
@@ -671,21 +666,21 @@ async def test_an_expired_call_ends_as_an_error_part(
 
 def test_a_resumed_stream_of_a_message_going_on_tells_the_answered_call_whole() -> None:
     # ai 6 replays a resumed stream into an empty message, which has no part to end.
-    stream = UIMessageStream(message_id="m", session_id="s", cards=True, continued=frozenset({"c"}))
     call_event = {"id": "c", "name": "delete_todo", "arguments": {"todo_id": "1"}}
     denied = {"status": "denied", "reason": "no", "note": "Nothing was changed."}
-    stream.on_event("tool_call", call_event | {"approval_id": "apr_1"}, 0)
-    stream.on_event(
-        "tool_result", {"tool_call_id": "c", "name": "delete_todo", "result": denied}, 0
-    )
-    stream.on_event("done", {"response": "Kept.", "using_stub": True, "usage": {}}, 0)
 
-    async def read(resumed: bool) -> list[dict[str, Any]]:
-        frames = [frame async for frame in stream.frames(keepalive_s=1, resumed=resumed)]
-        text = "".join(frames).split("\n\n")
-        return [json.loads(f.removeprefix("data: ")) for f in text if f and f != "data: [DONE]"]
+    def read(resumed: bool) -> list[dict[str, Any]]:
+        stream = UIMessageStream(
+            message_id="m", session_id="s", cards=True, continued=frozenset({"c"}), resumed=resumed
+        )
+        stream.on_event("tool_call", call_event | {"approval_id": "apr_1"}, 0)
+        stream.on_event(
+            "tool_result", {"tool_call_id": "c", "name": "delete_todo", "result": denied}, 0
+        )
+        stream.on_event("done", {"response": "Kept.", "using_stub": True, "usage": {}}, 0)
+        return [json.loads(f.removeprefix("data: ")) for f in stream.take().split("\n\n") if f]
 
-    posted, resumed = asyncio.run(read(False)), asyncio.run(read(True))
+    posted, resumed = read(False), read(True)
     assert [c["type"] for c in posted[:2]] == ["start", "tool-output-denied"]
     assert [c["type"] for c in resumed[:3]] == [
         "start",

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend import metrics
-from tests.chat_helpers import chat
+from tests.chat_helpers import chat, chat_stream
 from tests.conftest import auth
 from tests.factories import make_task
 from tests.fake_openai import FakeOpenAI, call, reply, tool_calls
@@ -40,6 +40,18 @@ async def test_a_no_tool_turn_costs_the_same_few_statements_at_any_history_lengt
         await _statements_per_turn(agent_client, long),
     }
     assert counts == {2}  # the start of the turn, then the reply
+
+
+async def test_a_streamed_turn_nobody_joins_costs_no_more_than_a_plain_one(
+    agent_client: httpx.AsyncClient, model: FakeOpenAI
+) -> None:
+    """Its events stay in the memory of the replica running it until another replica asks
+    for them (turn_streams.py): no statement, no notification."""
+    session_id = (await chat(agent_client, "first"))["session_id"]
+    before = _statements()
+    events = await chat_stream(agent_client, "streamed", session_id=session_id)
+    assert [event for event, _ in events][-1] == "done"
+    assert _statements() - before == 2
 
 
 def _rows_read(plan: dict[str, Any], table: str) -> float:

@@ -1,22 +1,23 @@
 """The chat endpoints: a message in, the agent's answer out (whole, or as it is written)."""
 
 import asyncio
-import json
-from collections.abc import AsyncIterator
-from typing import Any
+import uuid
+from collections.abc import Mapping
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from backend.auth import Identity
+from backend.context import AppContext
 from backend.deps import Agent, Context, CurrentUser, IdempotencyKey
 from backend.models.chat import ChatRequest, ChatResponse
 from backend.models.errors import API_ERRORS, error_responses
-from backend.services.agent import OpenAIAgentService, Turn
+from backend.services import turn_streams
+from backend.services.agent import OpenAIAgentService
 from backend.services.idempotency import Replay, check_key
 
 router = APIRouter(prefix="/api/{user_id}", tags=["chat"], responses=API_ERRORS)
-EventQueue = asyncio.Queue[tuple[str, dict[str, Any]]]
 _ERRORS = error_responses(409, 429)
 _REPLAYED = {"Idempotent-Replayed": "true"}
 
@@ -56,18 +57,19 @@ async def answer_chat(
     return answer.__pydantic_serializer__.to_json(answer)
 
 
+_TURN_EVENTS = {
+    "description": "Server-sent events, each with its `id` (`<attempt>-<seq>`): session, "
+    "delta, tool_call, tool_result, approval_request, then done (the same JSON as /chat) or "
+    "error.",
+    "content": {"text/event-stream": {}},
+}
+
+
 @router.post(
     "/chat/stream",
     operation_id="chatStream",
     response_class=StreamingResponse,
-    responses={
-        200: {
-            "description": "Server-sent events: session, delta, tool_call, tool_result, "
-            "then done (the same JSON as /chat) or error.",
-            "content": {"text/event-stream": {}},
-        },
-        **_ERRORS,
-    },
+    responses={200: _TURN_EVENTS, **_ERRORS},
 )
 async def chat_stream(
     user: CurrentUser,
@@ -83,43 +85,45 @@ async def chat_stream(
         idempotency_key=check_key(idempotency_key) if idempotency_key is not None else None,
     )
     if isinstance(turn, Replay):
-        events, headers = _replayed(turn), _REPLAYED
-    else:
-        events, headers = _start_streaming(agent, turn), {}
+        session_id = uuid.UUID(turn.body["session_id"])
+        return _streamed(context, turn_streams.told(session_id, turn.events()), _REPLAYED)
+    return _streamed(context, agent.stream(turn))
+
+
+@router.get(
+    "/sessions/{session_id}/stream",
+    operation_id="followSessionTurn",
+    response_class=StreamingResponse,
+    responses={200: _TURN_EVENTS, 204: {"description": "No turn of this session is running."}},
+)
+async def follow_session_turn(
+    user: CurrentUser,
+    context: Context,
+    session_id: uuid.UUID,
+    last_event_id_header: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    last_event_id: Annotated[
+        str | None, Query(description="The same as the Last-Event-ID header.", max_length=40)
+    ] = None,
+) -> Response:
+    """Join the session's running turn, on any replica: its events so far (or those after
+    Last-Event-ID), then the rest as they come, as `/chat/stream` tells them."""
+    after = turn_streams.parse_event_id(last_event_id_header or last_event_id)
+    feed = await context.turn_streams.join(owner=user.user_id, session_id=session_id, after=after)
+    if feed is None:
+        return Response(status_code=204)
+    return _streamed(context, feed, after=after)
+
+
+def _streamed(
+    context: AppContext,
+    feed: turn_streams.Feed,
+    headers: Mapping[str, str] | None = None,
+    *,
+    after: turn_streams.EventId | None = None,
+) -> StreamingResponse:
+    keepalive_s = context.settings.chat_stream_keepalive_s
     return StreamingResponse(
-        _frames(events, keepalive_s=context.settings.chat_stream_keepalive_s),
+        turn_streams.sse(feed, after=after, keepalive_s=keepalive_s),
         media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers},
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
     )
-
-
-def _start_streaming(agent: OpenAIAgentService, turn: Turn) -> EventQueue:
-    events: EventQueue = asyncio.Queue()
-    agent.stream(turn, lambda event, data: events.put_nowait((event, data)))
-    return events
-
-
-def _replayed(replay: Replay) -> EventQueue:
-    events: EventQueue = asyncio.Queue()
-    for event in replay.events():
-        events.put_nowait(event)
-    return events
-
-
-async def _frames(events: EventQueue, *, keepalive_s: float) -> AsyncIterator[str]:
-    """SSE frames until `done` or `error`; comments keep idle proxies from closing."""
-    while True:
-        try:
-            async with asyncio.timeout(keepalive_s):
-                batch = [await events.get()]
-        except TimeoutError:
-            yield ": keep-alive\n\n"
-            continue
-        while not events.empty():  # whatever else is ready goes out in the same write
-            batch.append(events.get_nowait())
-        yield "".join(
-            f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
-            for event, data in batch
-        )
-        if any(event in ("done", "error") for event, _ in batch):
-            return

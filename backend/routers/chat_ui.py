@@ -34,16 +34,16 @@ async def chat_ui(
     idempotency_key: IdempotencyKey = None,
 ) -> StreamingResponse:
     """Answer the last message of an AI SDK `useChat` chat, streamed as UI chunks."""
-    stream = await ui_stream.start_chat(
+    feed = await ui_stream.start_chat(
         agent=agent,
         database=context.database,
-        streams=context.ui_streams,
         identity=user,
         request=request,
         idempotency_key=check_key(idempotency_key) if idempotency_key is not None else None,
     )
     keepalive_s = context.settings.chat_stream_keepalive_s
-    return StreamingResponse(stream.frames(keepalive_s=keepalive_s), headers=ui_stream.HEADERS)
+    frames = ui_stream.frames(feed, keepalive_s=keepalive_s)
+    return StreamingResponse(frames, headers=ui_stream.HEADERS)
 
 
 @router.get(
@@ -55,9 +55,12 @@ async def chat_ui(
 async def resume_chat_ui(
     user: CurrentUser, context: Context, chat_id: Annotated[ChatId, Path()]
 ) -> Response:
-    """The stream of this chat's running turn, told again from its start (`resume: true`)."""
-    stream = context.ui_streams.running(owner=user.user_id, chat_id=chat_id)
-    if stream is None:
+    """The stream of this chat's running turn, on any replica, told again from its start
+    (`resume: true`)."""
+    feed = await context.turn_streams.join(owner=user.user_id, chat_id=chat_id)
+    if feed is None:
         return Response(status_code=204)
-    frames = stream.frames(keepalive_s=context.settings.chat_stream_keepalive_s, resumed=True)
+    frames = ui_stream.frames(
+        feed, keepalive_s=context.settings.chat_stream_keepalive_s, resumed=True
+    )
     return StreamingResponse(frames, headers=ui_stream.HEADERS)

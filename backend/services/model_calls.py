@@ -15,7 +15,7 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -33,8 +33,6 @@ from backend.services.model_http import ModelClient
 from backend.services.tools import TodoTools
 from backend.settings import Settings
 
-# A turn's events, for the streaming endpoint: ("delta", {"text": ...}), ("tool_call", ...).
-Emit = Callable[[str, dict[str, Any]], None]
 ToolChoice = Literal["auto", "none"]
 
 _TRANSIENT_STATUS = frozenset({408, 409, 429})
@@ -77,18 +75,21 @@ class ModelTurn(Protocol):
     """The turn an answer is for (agent.py's Turn), as its model calls see it: the turn
     itself rather than its parts, so that a call costs no extra object."""
 
-    # What a call sends, and where a streamed one tells its text (None: read it whole).
+    # What a call sends, and whether a streamed one tells its text (`send`) or it is read
+    # whole.
     id: uuid.UUID  # names a streamed tool call that came without an id
     session_id: uuid.UUID  # in each call's log line
     model: str
     messages: list[ChatCompletionMessageParam]
     tools: TodoTools
-    emit: Emit | None
+    streamed: bool
     # What the calls cost, counted here: every try, failed ones included.
     steps: int  # answers asked for
     usage: Usage
     model_calls: int
     model_seconds: float
+
+    def send(self, event: str, data: dict[str, Any]) -> None: ...
 
 
 class ModelCaller:
@@ -201,7 +202,6 @@ class ModelCaller:
     async def _call_model(self, turn: ModelTurn, tool_choice: ToolChoice) -> ModelReply:
         """Call the model once; classify what goes wrong."""
         settings = self._settings
-        emit = turn.emit
         streamed = False
         body: dict[str, Any] = {
             "model": turn.model,
@@ -213,7 +213,7 @@ class ModelCaller:
         if settings.agent_temperature is not None:
             body["temperature"] = settings.agent_temperature
         try:
-            if emit is None:
+            if not turn.streamed:
                 completion = await self._client.post_bytes(_COMPLETIONS, orjson.dumps(body))
                 return _reply_from_completion(orjson.loads(completion))
             body |= {"stream": True, "stream_options": {"include_usage": True}}
@@ -239,7 +239,7 @@ class ModelCaller:
                         if delta.content:
                             streamed = True
                             content.append(delta.content)
-                            emit("delta", {"text": delta.content})
+                            turn.send("delta", {"text": delta.content})
                             # Let the client's stream write it now, not after the whole
                             # (possibly buffered) model answer has been read.
                             await asyncio.sleep(0)

@@ -14,9 +14,10 @@ know and never a null. A turn's answer goes out as
 
 each as one `data: {json}` server-sent event. A `search_documents` output is followed by a
 `source-document` chunk per document section it found (once an answer), the AI SDK's own
-part for a cited document, which `useChat` shows with no adapter. The stream of a running
-turn is kept until the turn ends, so a client that reconnects (`useChat({resume: true})`)
-is told it again from the start and then follows it.
+part for a cited document, which `useChat` shows with no adapter. Each reader translates
+the turn's events (its feed, turn_streams.py) for itself, so a client that reconnects on
+any replica (`useChat({resume: true})`) is told the stream again from the start and then
+follows it.
 
 A call held for the person's yes (approvals.py) is told one of two ways:
 - in words, by default (`ai` 5 rejects chunk types it does not know): the held call is
@@ -34,7 +35,6 @@ A call held for the person's yes (approvals.py) is told one of two ways:
 A call that expired unanswered ends as `tool-output-error`.
 """
 
-import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -46,10 +46,11 @@ from backend.auth import Identity
 from backend.db import Database
 from backend.models.session import AgentMessage, Usage
 from backend.models.ui import UIChatRequest, UIMessagePublic
-from backend.services import approvals, sessions, turns
-from backend.services.agent import OpenAIAgentService, Turn
+from backend.services import approvals, sessions, turn_streams, turns
+from backend.services.agent import OpenAIAgentService
 from backend.services.idempotency import Replay
 from backend.services.tools import error, passage_citation, passage_source
+from backend.services.turn_streams import Feed
 
 HEADERS = {
     "content-type": "text/event-stream",
@@ -73,12 +74,12 @@ def _frame(chunk: dict[str, Any]) -> str:
 
 
 class UIMessageStream:
-    """One turn's chunks, translated from its events as the turn emits them; any number of
-    readers follow it, each from the start.
+    """One turn's chunks for one reader, translated from the turn's events in order.
 
     `cards`: held calls are asked about with approval chunks (AI SDK 6), not in words.
     `continued`: the tool calls of the message this turn goes on with (the client's last
-    message, whose approval requests it answered): their input is the client's already."""
+    message, whose approval requests it answered): their input is the client's already.
+    `resumed`: the reader resumed the stream rather than posted the turn."""
 
     def __init__(
         self,
@@ -87,13 +88,14 @@ class UIMessageStream:
         session_id: str,
         cards: bool = False,
         continued: frozenset[str] = frozenset(),
+        resumed: bool = False,
     ) -> None:
         self.session_id = session_id
         self.finished = False
         self._cards = cards
         self._continued = continued
-        self._frames: list[tuple[str, Reader | None]] = []
-        self._changed = asyncio.Event()
+        self._reader: Reader = "resumed" if resumed else "posted"
+        self._frames: list[str] = []
         self._step: int | None = None  # the model answer whose step is open
         self._text_id: str | None = None
         self._texts = 0
@@ -108,10 +110,21 @@ class UIMessageStream:
     def _meta(self, **more: Any) -> dict[str, Any]:
         return {"session_id": self.session_id, **more}
 
+    @classmethod
+    def of(cls, feed: Feed, *, resumed: bool = False) -> "UIMessageStream":
+        """The stream of the turn a feed tells, as the client that started it asked."""
+        meta = feed.meta or {}
+        return cls(
+            message_id=str(meta.get("message_id", "")),
+            session_id=str(feed.session_id),
+            cards=bool(meta.get("cards")),
+            continued=frozenset(meta.get("continued", ())),
+            resumed=resumed,
+        )
+
     def _push(self, chunk: dict[str, Any], only: Reader | None = None) -> None:
-        self._frames.append((_frame(chunk), only))
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        if only in (None, self._reader):
+            self._frames.append(_frame(chunk))
 
     def _open_step(self, step: int) -> None:
         if self._step is not None and self._step != step:
@@ -191,66 +204,43 @@ class UIMessageStream:
         self._push(chunk)
         self.finished = True
 
-    async def frames(self, *, keepalive_s: float, resumed: bool = False) -> AsyncIterator[str]:
-        """The stream from its start, as it grows; SSE comments keep idle proxies open."""
-        reader: Reader = "resumed" if resumed else "posted"
-        sent = 0
-        while True:
-            changed = self._changed
-            if sent < len(self._frames):
-                batch, sent = self._frames[sent:], len(self._frames)
-                text = "".join(frame for frame, only in batch if only in (None, reader))
-                if text:
-                    yield text
-                continue
-            if self.finished:
-                yield _DONE
-                return
-            try:
-                async with asyncio.timeout(keepalive_s):
-                    await changed.wait()
-            except TimeoutError:
-                yield ": keep-alive\n\n"
+    def take(self) -> str:
+        """The frames translated since the last take."""
+        text, self._frames = "".join(self._frames), []
+        return text
 
 
-class UIStreams:
-    """The UI streams of the turns running in this process, by (user, chat id)."""
-
-    def __init__(self) -> None:
-        self._running: dict[tuple[str, str], UIMessageStream] = {}
-
-    def start(
-        self, *, agent: OpenAIAgentService, turn: Turn, chat_id: str, stream: UIMessageStream
-    ) -> UIMessageStream:
-        """Run the turn (it completes even if every reader goes away), told as `stream`."""
-        key = (turn.owner, chat_id)
-        self._running[key] = stream
-
-        def emit(event: str, data: dict[str, Any]) -> None:
-            stream.on_event(event, data, turn.steps)
-            if stream.finished and self._running.get(key) is stream:
-                del self._running[key]
-
-        agent.stream(turn, emit)
-        return stream
-
-    def running(self, *, owner: str, chat_id: str) -> UIMessageStream | None:
-        return self._running.get((owner, chat_id))
+async def frames(feed: Feed, *, keepalive_s: float, resumed: bool = False) -> AsyncIterator[str]:
+    """The UI message stream of the turn a feed tells, from its start, as the turn goes on;
+    SSE comments keep idle proxies open."""
+    stream = UIMessageStream.of(feed, resumed=resumed) if feed.meta is not None else None
+    async for batch in turn_streams.follow(feed, keepalive_s=keepalive_s):
+        if batch is None:
+            yield ": keep-alive\n\n"
+            continue
+        if stream is None:  # joined elsewhere: the turn's first message told how
+            stream = UIMessageStream.of(feed, resumed=resumed)
+        for event in batch:
+            stream.on_event(event.event, event.data, event.step)
+        if text := stream.take():
+            yield text
+    if stream is not None and stream.finished:
+        yield _DONE
 
 
 async def start_chat(
     *,
     agent: OpenAIAgentService,
     database: Database,
-    streams: UIStreams,
     identity: Identity,
     request: UIChatRequest,
     idempotency_key: str | None,
-) -> UIMessageStream:
+) -> Feed:
     """Answer the last message of a `useChat` request in the session its chat id names: a
     user message (or, to regenerate, the stored last one again), or the assistant message
-    whose approval requests the person answered, which then goes on. Raises as
-    `agent.begin` does."""
+    whose approval requests the person answered, which then goes on; the turn's feed (or
+    that of the stored answer, for a repeated Idempotency-Key). Raises as `agent.begin`
+    does."""
     async with database.connection(as_user=identity.user_id) as db:
         session_id = await turns.find_chat_session(db, owner=identity.user_id, chat_id=request.id)
     continued = request.messages[-1] if request.continues() else None
@@ -265,23 +255,16 @@ async def start_chat(
         chat_id=request.id,
         regenerate=request.trigger == "regenerate-message",
     )
-
-    def told_as(message_id: str, session_id: str) -> UIMessageStream:
-        return UIMessageStream(
-            message_id=message_id if continued is None else continued.id,
-            session_id=session_id,
-            cards=request.approvals == "ai-sdk",
-            continued=frozenset() if continued is None else continued.tool_call_ids(),
-        )
-
+    told_as: dict[str, Any] = {"cards": request.approvals == "ai-sdk"}
+    if continued is not None:
+        told_as |= {"message_id": continued.id, "continued": sorted(continued.tool_call_ids())}
     if isinstance(turn, Replay):
         # The stored answer of an earlier request with the same Idempotency-Key, told again.
-        stream = told_as(turn.body["message_id"], turn.body["session_id"])
-        for event, data in turn.events():
-            stream.on_event(event, data, 0)
-        return stream
-    stream = told_as(str(turn.assistant_message_id), str(turn.session_id))
-    return streams.start(agent=agent, turn=turn, chat_id=request.id, stream=stream)
+        body = turn.body
+        meta = {"message_id": body["message_id"]} | told_as
+        return turn_streams.told(uuid.UUID(body["session_id"]), turn.events(), meta)
+    turn.told_as = told_as
+    return agent.stream(turn)
 
 
 def _input(call_id: str, name: str, arguments: Any) -> dict[str, Any]:

@@ -104,6 +104,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/{user_id}/sessions/{session_id}/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Follow Session Turn
+         * @description Join the session's running turn, on any replica: its events so far (or those after
+         *     Last-Event-ID), then the rest as they come, as `/chat/stream` tells them.
+         */
+        get: operations["followSessionTurn"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/{user_id}/chat/ui": {
         parameters: {
             query?: never;
@@ -133,7 +154,8 @@ export interface paths {
         };
         /**
          * Resume Chat Ui
-         * @description The stream of this chat's running turn, told again from its start (`resume: true`).
+         * @description The stream of this chat's running turn, on any replica, told again from its start
+         *     (`resume: true`).
          */
         get: operations["resumeChatUi"];
         put?: never;
@@ -2558,7 +2580,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Server-sent events: session, delta, tool_call, tool_result, then done (the same JSON as /chat) or error. */
+            /** @description Server-sent events, each with its `id` (`<attempt>-<seq>`): session, delta, tool_call, tool_result, approval_request, then done (the same JSON as /chat) or error. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2637,6 +2659,108 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before retrying. */
                     "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The database or identity provider is unavailable. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    followSessionTurn: {
+        parameters: {
+            query?: {
+                /** @description The same as the Last-Event-ID header. */
+                last_event_id?: string | null;
+            };
+            header?: {
+                "Last-Event-ID"?: string | null;
+            };
+            path: {
+                session_id: string;
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Server-sent events, each with its `id` (`<attempt>-<seq>`): session, delta, tool_call, tool_result, approval_request, then done (the same JSON as /chat) or error. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": unknown;
+                };
+            };
+            /** @description No turn of this session is running. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The request body could not be read (for example, not UTF-8). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Missing, invalid or expired bearer token. */
+            401: {
+                headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The user id in the path is not the signed-in user. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No such session or task for this user. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Validation failed: a list of problems, or one sentence. */
+            422: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {

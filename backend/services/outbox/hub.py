@@ -35,6 +35,7 @@ CHANNEL = "todo_agent_events"
 FORGET_CHANNEL = "todo_agent_forget_user"
 # A stream that falls this far behind is closed; its client resumes with Last-Event-ID.
 MAX_BACKLOG = 1000
+_NOTIFY = "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +92,9 @@ class EventHub(BackgroundWorker):
         self._users: dict[str, _UserStreams] = {}
         self._listeners: list[Callable[[str], None]] = []
         self._forgetters: list[Callable[[str], None]] = []
+        self._channels: dict[str, Callable[[str], None]] = {}
         self._connection: asyncpg.Connection | None = None
+        self._talking = asyncio.Lock()  # one statement at a time on the connection
         self.listening = asyncio.Event()
 
     # -- the listening connection -------------------------------------------------------
@@ -104,6 +107,19 @@ class EventHub(BackgroundWorker):
         """Tell `callback` (with the user id) of every account erased, through any process.
         The listening connection carries this too: it is the one every process holds."""
         self._forgetters.append(callback)
+
+    def on_channel(self, channel: str, callback: Callable[[str], None]) -> None:
+        """Also listen on `channel`, telling `callback` each payload (see `notify`)."""
+        self._channels[channel] = callback
+
+    async def notify(self, channel: str, payloads: list[str]) -> None:
+        """NOTIFY `channel` with each payload, in order, in one statement on the listening
+        connection (a pooled one would be taken from requests); nothing while it is down."""
+        connection = self._connection
+        if connection is None or not payloads:
+            return
+        async with self._talking:
+            await connection.execute(_NOTIFY, channel, payloads, timeout=5)
 
     async def stop(self) -> None:
         await super().stop()
@@ -130,6 +146,8 @@ class EventHub(BackgroundWorker):
                 connection.add_termination_listener(lambda _, lost=lost: lost.set())
                 await connection.add_listener(CHANNEL, self._notified)
                 await connection.add_listener(FORGET_CHANNEL, self._forget)
+                for channel, callback in self._channels.items():
+                    await connection.add_listener(channel, _payload_to(callback))
                 self._connection = connection
                 self.listening.set()
                 delay = 0.2
@@ -140,7 +158,8 @@ class EventHub(BackgroundWorker):
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(lost.wait(), timeout=10)
                     if not lost.is_set():
-                        await connection.fetchval("SELECT 1", timeout=5)
+                        async with self._talking:
+                            await connection.fetchval("SELECT 1", timeout=5)
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
                 pass
             finally:
@@ -285,3 +304,10 @@ class EventHub(BackgroundWorker):
             if frame is None:
                 return
             yield frame.data
+
+
+def _payload_to(callback: Callable[[str], None]) -> Callable[[Any, int, str, str], None]:
+    def heard(_connection: Any, _pid: int, _channel: str, payload: str) -> None:
+        callback(payload)
+
+    return heard

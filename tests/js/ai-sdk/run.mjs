@@ -10,6 +10,9 @@
 //   {"op": "regenerate", "name", "of", "chatId"?}  answer op `of`'s user message again
 //   {"op": "history", "name", "of", "user"?}  GET op `of`'s session ?format=ui
 //   {"op": "resume", "name", "user", "chatId"} useChat({resume: true})'s request
+//   {"op": "resumeElsewhere", "name", "user", "chatId", "text", "resumeUrl"}  send `text`,
+//       and once its answer's text has begun, make that request (a reload) to the server at
+//       `resumeUrl` (another replica): {posted, resumed, resumeStatus}
 //   {"op": "approval", "name", "user", "chatId", "text", "approved", "reason"?}  (ai 6) the
 //       Chat class that useChat wraps, opted in to approval cards (`body: {approvals:
 //       "ai-sdk"}`) and sending by itself once every card is answered
@@ -296,6 +299,31 @@ async function runOp(sdk, input, op, version, done) {
       statuses.length = 0;
       const stream = await transport.reconnectToStream({ chatId: own(op.chatId) });
       return { status: statuses[0], stream: stream === null ? null : "a stream" };
+    }
+    case "resumeElsewhere": {
+      const [user, chatId] = [own(op.user), own(op.chatId)];
+      statuses.length = 0;
+      const stream = await transportFor(sdk.chatTransport, input, user).sendMessages({
+        chatId,
+        messages: [userMessage(op.text)],
+        trigger: "submit-message",
+        messageId: undefined,
+        abortSignal: undefined,
+      });
+      const [watched, posting] = stream.tee();
+      const reader = watched.getReader();
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done || value.type === "text-delta") break;
+      }
+      reader.cancel();
+      const posted = assemble(ai, posting);
+      statuses.length = 0;
+      const elsewhere = transportFor(sdk.chatTransport, { ...input, baseUrl: op.resumeUrl }, user);
+      const again = await elsewhere.reconnectToStream({ chatId });
+      const resumeStatus = statuses[0];
+      const resumed = again === null ? null : await assemble(ai, again);
+      return { posted: await posted, resumed, resumeStatus };
     }
     default:
       throw new Error(`unknown op ${op.op}`);

@@ -285,8 +285,10 @@ def normalize_database_url(url: str) -> str:
 
 
 def load_settings(*, serving: bool = False) -> Settings:
-    """Settings for a process that serves (`serving`) or signs: checked, with the dev
-    secrets it needs resolved."""
+    """Settings for a process that serves (`serving`: checked for production) or for a
+    command, which asks only for what it uses (`token` a JWT secret, `migrate` a database),
+    with the dev secrets it needs resolved."""
     settings = Settings()
-    settings.check_production()
+    if serving:
+        settings.check_production()
     return settings.with_development_secret(serving=serving)

@@ -71,6 +71,17 @@ class AppContext:
         for worker in self._background():
             await worker.start()
 
+    @property
+    def draining(self) -> bool:
+        return self.agent.draining
+
+    async def drain(self) -> None:
+        """Go away without cutting anything (SIGTERM): refuse new turns at once (and
+        `/ready` answers 503), let the turns in flight finish within SHUTDOWN_GRACE_S and
+        hand the rest over, then end the event streams so their clients move on."""
+        await self.agent.drain(self.settings.shutdown_grace_s)
+        self.events.end_streams()
+
     async def close(self) -> None:
         for worker in self._background():
             await worker.stop()

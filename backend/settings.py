@@ -112,7 +112,9 @@ class Settings(BaseSettings):
     identity_webhook_secret: SecretStr | None = None
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
-    shutdown_grace_s: float = Field(default=30.0, ge=0)
+    # On SIGTERM, how long turns in flight may run on before they are handed to another
+    # replica (the platform's termination grace must be longer; docs/operations.md).
+    shutdown_grace_s: float = Field(default=20.0, ge=0)
     # Where worker processes share Prometheus samples; `serve` exports it to the workers.
     prometheus_multiproc_dir: Path | None = None
     # The chat page at `/`; None: on in development, off in production.

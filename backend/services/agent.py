@@ -41,6 +41,8 @@ from backend.errors import (
     RateLimited,
     SessionBusy,
     SessionNotFound,
+    ShuttingDown,
+    TurnHandedOver,
 )
 from backend.logs import log_turn
 from backend.models.approval import ApprovalAnswer, PendingApproval
@@ -98,6 +100,8 @@ class Turn:
     usage: Usage = field(default_factory=Usage)
     emit: Emit | None = None
     lease_lost: bool = False
+    # Cancelled at the end of a shutdown's grace: another replica finishes it.
+    handed_over: bool = False
     idempotency_key: str | None = None
     model_calls: int = 0
     model_seconds: float = 0.0
@@ -135,8 +139,9 @@ class OpenAIAgentService:
         self._database = database
         self._caller = caller  # None: no model configured, the stub answers
         self._stub = stub or StubResponder()
-        self._running: set[asyncio.Task[ChatResponse]] = set()
+        self._running: dict[asyncio.Task[ChatResponse], Turn] = {}
         self._chores: set[asyncio.Task[None]] = set()
+        self._draining = False
 
     @classmethod
     def from_settings(cls, settings: Settings, database: Database) -> "OpenAIAgentService":
@@ -146,8 +151,8 @@ class OpenAIAgentService:
         """Run the turn as its own task: it completes and is stored even if the client that
         asked goes away, and shutdown waits for it."""
         task = asyncio.create_task(self.run(turn), name=f"turn-{turn.id}")
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
+        self._running[task] = turn
+        task.add_done_callback(self._running.pop)
         return task
 
     def stream(self, turn: Turn, emit: Emit) -> None:
@@ -169,10 +174,31 @@ class OpenAIAgentService:
         self._chores.add(task)
         task.add_done_callback(self._chores.discard)
 
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def refuse_turns(self) -> None:
+        """From now on `begin` refuses new turns (503): this process is going away."""
+        self._draining = True
+
     async def drain(self, timeout_s: float) -> None:
-        """Let in-flight turns finish (graceful shutdown)."""
+        """Refuse new turns, let those in flight finish for up to `timeout_s`, and hand the
+        rest over to another replica: each is cancelled (a tool call it was making commits
+        whole or not at all) and its session lease lapses at once, so a replica that looks
+        for lapsed leases takes it over without waiting out CHAT_SESSION_LEASE_S."""
+        self.refuse_turns()
         if self._running:
             await asyncio.wait(set(self._running), timeout=timeout_s)
+        left = dict(self._running)
+        if not left:
+            return
+        logger.warning("handing over turns still running", extra={"turns": len(left)})
+        for task, turn in left.items():
+            turn.handed_over = True
+            task.cancel()
+        await asyncio.wait(left)
+        await asyncio.gather(*(self._hand_over(turn) for turn in left.values()))
 
     async def close(self) -> None:
         if self._caller is not None:
@@ -193,7 +219,10 @@ class OpenAIAgentService:
         policy says so. Raises SessionNotFound (404), SessionBusy (409), RateLimited (429);
         a repeated Idempotency-Key gets the first answer back instead (a Replay).
         Without a session id, `chat_id` names the session (see `turns.open_turn`);
-        `regenerate` answers the session's last user message again instead of storing one."""
+        `regenerate` answers the session's last user message again instead of storing one.
+        While this process drains, raises ShuttingDown (503) instead."""
+        if self._draining:
+            raise ShuttingDown()
         settings = self._settings
         if request.approvals and idempotency_key is None:  # with a key: once it is claimed
             async with self._database.connection(as_user=identity.user_id) as db:
@@ -330,7 +359,12 @@ class OpenAIAgentService:
         """Answer the turn and store the reply. The session is released whatever happens."""
         with metrics.track_turn() as tracked:
             try:
-                response = await self._run(turn)
+                try:
+                    response = await self._run(turn)
+                except asyncio.CancelledError:
+                    if turn.handed_over:  # our own drain cancelled it: a 503 to retry
+                        raise TurnHandedOver() from None
+                    raise
                 tracked.outcome = "stub" if response.using_stub else "model"
                 if response.using_stub:
                     metrics.record_stub_fallback(turn.fallback_reason or "unknown")
@@ -362,7 +396,7 @@ class OpenAIAgentService:
             response = await _riding_out_outages(lambda: self._finish(turn, text, using_stub))
         finally:
             heartbeat.cancel()
-            if response is None:
+            if response is None and not turn.handed_over:
                 self._background(self._release_later(turn))
         if turn.emit is not None:
             turn.emit("done", response.model_dump(mode="json"))
@@ -627,6 +661,16 @@ class OpenAIAgentService:
             except DatabaseUnavailable:
                 logger.warning("could not renew the session lease")
             await asyncio.sleep(self._lease_every_s)
+
+    async def _hand_over(self, turn: Turn) -> None:
+        try:
+            await _riding_out_outages(lambda: self._lapse(turn))
+        except Exception:  # the lease lapses by itself too, CHAT_SESSION_LEASE_S later
+            logger.warning("could not hand the turn over", exc_info=True)
+
+    async def _lapse(self, turn: Turn) -> None:
+        async with self._database.connection(as_user=turn.owner) as db:
+            await turns.lapse_lease(db, session_id=turn.session_id, turn_id=turn.id)
 
     async def _release(self, turn: Turn) -> None:
         async with self._database.connection(as_user=turn.owner) as db:

@@ -329,6 +329,13 @@ async def release_lease(db: AsyncConnection, *, session_id: uuid.UUID, turn_id: 
     await db.execute(_RELEASE_LEASE, {"session": session_id, "turn": turn_id})
 
 
+async def lapse_lease(db: AsyncConnection, *, session_id: uuid.UUID, turn_id: uuid.UUID) -> None:
+    """End our lease now but leave it ours: the session then looks as if this process had
+    died mid-turn, so another replica takes the turn over (a released lease would look like
+    a session at rest, its message never answered)."""
+    await renew_lease(db, session_id=session_id, turn_id=turn_id, lease_s=0)
+
+
 async def record_tool_call(
     db: AsyncConnection,
     *,

@@ -14,6 +14,7 @@ from backend.services.outbox.reminders import ReminderClock
 from backend.services.outbox.upkeep import Upkeep
 from backend.services.outbox.webhooks import WebhookDispatcher
 from backend.services.outbox.worker import BackgroundWorker
+from backend.services.sweeper import TurnSweeper
 from backend.services.ui_stream import UIStreams
 from backend.services.users import KnownUsers
 from backend.settings import Settings
@@ -29,6 +30,7 @@ class AppContext:
     events: EventHub
     reminders: ReminderClock
     upkeep: Upkeep
+    sweeper: TurnSweeper
     webhooks: WebhookDispatcher | None = None
     known_users: KnownUsers = field(default_factory=KnownUsers)
     feed_limiter: FeedLimiter = field(default_factory=FeedLimiter)
@@ -45,25 +47,28 @@ class AppContext:
         if settings.webhooks_enabled:
             webhooks = WebhookDispatcher(settings, database, source=events.source)
             events.on_notify(webhooks.wake)
+        agent = OpenAIAgentService.from_settings(settings, database)
         return cls(
             settings=settings,
             database=database,
             http=http,
             verifier=TokenVerifier(settings, http),
-            agent=OpenAIAgentService.from_settings(settings, database),
+            agent=agent,
             events=events,
             reminders=ReminderClock(settings, database),
             upkeep=Upkeep(settings, database),
+            sweeper=TurnSweeper(settings, database, agent),
             webhooks=webhooks,
             known_users=known_users,
         )
 
     def _background(self) -> list[BackgroundWorker]:
-        """What runs beside the requests: the outbox's readers."""
+        """What runs beside the requests: the outbox's readers, and the turn sweeper."""
         return [
             self.events,
             self.reminders,
             self.upkeep,
+            self.sweeper,
             *([self.webhooks] if self.webhooks else []),
         ]
 
@@ -77,8 +82,12 @@ class AppContext:
 
     async def drain(self) -> None:
         """Go away without cutting anything (SIGTERM): refuse new turns at once (and
-        `/ready` answers 503), let the turns in flight finish within SHUTDOWN_GRACE_S and
-        hand the rest over, then end the event streams so their clients move on."""
+        `/ready` answers 503), take no other replica's turns over, let the turns in flight
+        finish within SHUTDOWN_GRACE_S and hand the rest over, then end the event streams
+        so their clients move on."""
+        self.agent.refuse_turns()
+        # Stopped before the hand-over too, or it could take its own turns back.
+        await self.sweeper.stop()
         await self.agent.drain(self.settings.shutdown_grace_s)
         self.events.end_streams()
 

@@ -151,8 +151,11 @@ class WebhookReplayed(Conflict):
     detail = "This webhook message was received before; it is not acted on twice."
 
 
-class IdempotencyInProgress(Conflict):
-    detail = "A request with this Idempotency-Key is still running; retry later."
+class TurnTakenOver(Conflict):
+    """A turn whose lease lapsed (its replica stalled) and that another replica took over:
+    the stalled one writes nothing more."""
+
+    detail = "This message is being answered elsewhere; its answer will be in the session."
 
 
 class IdempotencyKeyReused(DomainError):
@@ -180,6 +183,16 @@ class RateLimited(RetryLater):
 class FeedRateLimited(RetryLater):
     status_code = 429
     detail = "This calendar feed is being read too often; try again later."
+
+
+class IdempotencyInProgress(RetryLater):
+    """The key's request is still running (here, or being finished by another replica)."""
+
+    status_code = 409
+    detail = "A request with this Idempotency-Key is still running; retry later."
+
+    def __init__(self, detail: str | None = None) -> None:
+        super().__init__(detail, retry_after_s=1)
 
 
 class DatabaseUnavailable(RetryLater):

@@ -118,6 +118,10 @@ EVENTS_STREAMED = Counter(
 EVENT_STREAMS_OPEN = Gauge(
     "todo_agent_event_streams_open", "Event streams open now.", multiprocess_mode="livesum"
 )
+TURNS_TAKEN_OVER = Counter(
+    "todo_agent_turns_taken_over_total",
+    "Turns whose replica died or drained, finished by this one once their lease lapsed.",
+)
 REMINDERS_FIRED = Counter(
     "todo_agent_reminders_fired_total", "Reminders fired, by whether they were late.", ["late"]
 )

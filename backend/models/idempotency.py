@@ -1,5 +1,6 @@
 """Idempotency keys: a retried request gets the first answer instead of a second effect."""
 
+import uuid
 from datetime import datetime
 from typing import Any
 
@@ -25,5 +26,8 @@ class IdempotencyKey(SQLModel, table=True):
     response: dict[str, Any] | None = Field(default=None, sa_type=JSONB)
     # While the first request runs; past it, a crashed request's key can be taken over.
     locked_until: datetime | None = OptionalTimestamp()
+    # The user message a chat turn stored: the key names that turn until it is answered,
+    # whichever replica finishes it.
+    message_id: uuid.UUID | None = None
     created_at: datetime = Timestamp()
     expires_at: datetime = Field(sa_type=DateTime(timezone=True), nullable=False)

@@ -51,6 +51,12 @@ class AgentSession(SQLModel, table=True):
             unique=True,
             postgresql_where=text("chat_id IS NOT NULL"),
         ),
+        # The sweeper's look for turns whose lease lapsed (services/sweeper.py).
+        Index(
+            "ix_agent_sessions_lease",
+            "lease_expires_at",
+            postgresql_where=text("lease_owner IS NOT NULL"),
+        ),
     )
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
@@ -62,7 +68,8 @@ class AgentSession(SQLModel, table=True):
     created_at: datetime = Timestamp()
     # Last activity: bumped by every turn; sessions are listed by it.
     updated_at: datetime = Timestamp()
-    # The turn that holds the session; the lease expires so a dead process cannot wedge it.
+    # The turn (each attempt at it its own token) that holds the session. A lease that
+    # lapsed still names its turn: another replica's sweeper takes it over and finishes it.
     lease_owner: uuid.UUID | None = None
     lease_expires_at: datetime | None = OptionalTimestamp()
     prompt_tokens: int = _token_column()
@@ -75,6 +82,13 @@ class AgentMessage(SQLModel, table=True):
     __tablename__ = "agent_messages"
     __table_args__ = (
         Index("ix_agent_messages_session_seq", "session_id", "seq"),
+        # One reply per user message, whichever replica finishes the turn (migration 0013).
+        Index(
+            "ux_agent_messages_reply_to",
+            "reply_to",
+            unique=True,
+            postgresql_where=text("reply_to IS NOT NULL"),
+        ),
         CheckConstraint("role IN ('user', 'assistant')", name="ck_agent_messages_role"),
     )
 
@@ -98,6 +112,9 @@ class AgentMessage(SQLModel, table=True):
     prompt_tokens: int | None = Field(default=None, sa_type=Integer)
     completion_tokens: int | None = Field(default=None, sa_type=Integer)
     cached_tokens: int | None = Field(default=None, sa_type=Integer)
+    # An assistant message: the user message it answers (None: a regenerated answer, or the
+    # continuation of answered approvals, which answer none).
+    reply_to: uuid.UUID | None = None
     created_at: datetime = Timestamp()
 
 

@@ -100,8 +100,6 @@ class Turn:
     usage: Usage = field(default_factory=Usage)
     emit: Emit | None = None
     lease_lost: bool = False
-    # Cancelled at the end of a shutdown's grace: another replica finishes it.
-    handed_over: bool = False
     idempotency_key: str | None = None
     model_calls: int = 0
     model_seconds: float = 0.0
@@ -120,6 +118,13 @@ class Turn:
     pending: list[PendingApproval] = field(default_factory=list)
     # The message was only a plain yes or no to held calls: nothing else to answer.
     only_answered: bool = False
+    # The user message this turn's reply answers (one reply each: the database refuses a
+    # second); None for a regenerated answer or a continuation of answered calls.
+    reply_to: uuid.UUID | None = None
+    # A new attempt at a turn whose replica died (or handed it over), by the sweeper.
+    resumed: bool = False
+    # Stopped here by a draining replica, its lease ended for another replica to take.
+    handed_over: bool = False
 
     def send(self, event: str, data: dict[str, Any]) -> None:
         if self.emit is not None:
@@ -152,8 +157,11 @@ class OpenAIAgentService:
         asked goes away, and shutdown waits for it."""
         task = asyncio.create_task(self.run(turn), name=f"turn-{turn.id}")
         self._running[task] = turn
-        task.add_done_callback(self._running.pop)
+        task.add_done_callback(self._forget)
         return task
+
+    def _forget(self, task: "asyncio.Task[ChatResponse]") -> None:
+        self._running.pop(task, None)
 
     def stream(self, turn: Turn, emit: Emit) -> None:
         """Start the turn, telling `emit` its events as they happen; a turn that fails is
@@ -184,21 +192,131 @@ class OpenAIAgentService:
 
     async def drain(self, timeout_s: float) -> None:
         """Refuse new turns, let those in flight finish for up to `timeout_s`, and hand the
-        rest over to another replica: each is cancelled (a tool call it was making commits
-        whole or not at all) and its session lease lapses at once, so a replica that looks
-        for lapsed leases takes it over without waiting out CHAT_SESSION_LEASE_S."""
+        rest over to another replica (`hand_over`; this process's sweeper must be stopped
+        first), which takes each over without waiting out CHAT_SESSION_LEASE_S."""
         self.refuse_turns()
         if self._running:
             await asyncio.wait(set(self._running), timeout=timeout_s)
-        left = dict(self._running)
-        if not left:
-            return
-        logger.warning("handing over turns still running", extra={"turns": len(left)})
-        for task, turn in left.items():
-            turn.handed_over = True
+        if self._running:
+            handed = await self.hand_over()
+            logger.warning("turns still running handed over", extra={"turns": handed})
+
+    async def hand_over(self) -> int:
+        """Stop every turn still running here and end its lease now, so that another
+        replica's sweeper finishes it (what a draining replica does once its grace is up;
+        its own sweeper must be stopped first). How many were handed over."""
+        running = dict(self._running)
+        for task, turn in running.items():
+            turn.handed_over = True  # keeps the lease from being released as it stops
             task.cancel()
-        await asyncio.wait(left)
-        await asyncio.gather(*(self._hand_over(turn) for turn in left.values()))
+        if running:
+            await asyncio.wait(running.keys())
+        handed = 0
+        for turn in running.values():
+            try:
+                async with self._database.connection(as_user=turn.owner) as db:
+                    handed += await turns.hand_over(db, session_id=turn.session_id, turn_id=turn.id)
+            except DatabaseUnavailable:  # its lease lapses by itself, later
+                logger.warning("could not hand a turn over", extra={"turn": str(turn.id)})
+        return handed
+
+    async def take_over(self, *, owner: str, session_id: uuid.UUID, lapsed: uuid.UUID) -> bool:
+        """Take over a turn whose lease lapsed (its replica died) and finish it as its own
+        task: the model gets the results of the calls that had committed (they are in the
+        conversation, and are not run again), a call held for the person's yes stays held.
+        False when another replica took it first or nothing was left to answer."""
+        turn_id = uuid.uuid4()
+        lease_s = self._settings.chat_session_lease_s
+        async with self._database.connection(as_user=owner) as db:
+            if not await turns.take_over(
+                db, session_id=session_id, lapsed=lapsed, turn_id=turn_id, lease_s=lease_s
+            ):
+                return False
+            resumed = await turns.resume(
+                db,
+                owner=owner,
+                session_id=session_id,
+                history=self._settings.agent_history_messages,
+            )
+        turn = self._resumed_turn(owner, session_id, turn_id, resumed)
+        if turn is None:  # the lapsed attempt had nothing left to answer
+            async with self._database.connection(as_user=owner) as db:
+                await turns.release_lease(db, session_id=session_id, turn_id=turn_id)
+            return False
+        metrics.TURNS_TAKEN_OVER.inc()
+        logger.info("turn taken over", extra={"session_id": str(session_id)})
+        self.start(turn)
+        return True
+
+    def _resumed_turn(
+        self,
+        owner: str,
+        session_id: uuid.UUID,
+        turn_id: uuid.UUID,
+        resumed: turns.Resumption | None,
+    ) -> Turn | None:
+        """The new attempt at a lapsed turn, from the session as stored: its last message is
+        the user message it answers, or the assistant record its calls began (after that
+        message, or after an answer being regenerated). None: the last message is a reply,
+        so the lapsed attempt stored no message of its own (regenerating, or answering held
+        calls) and has nothing left that someone waits for."""
+        if resumed is None or not resumed.stored:
+            return None
+        stored = resumed.stored
+        last = stored[-1]
+        record = last if last["role"] == "assistant" and last["content"] is None else None
+        if last["role"] != "user" and record is None:
+            return None
+        asked = stored[-2] if record is not None and len(stored) > 1 else last
+        question = asked if asked["role"] == "user" else None
+        rows: list[turns.HistoryRow] = [
+            (m["role"], m["content"], m["tool_calls"], m["tool_results"]) for m in stored
+        ]
+        tz = ZoneInfo(resumed.timezone)
+        budget = self._settings.agent_daily_token_budget
+        over_budget = bool(budget) and resumed.tokens_today >= budget
+        reply_id = uuid.UUID(record["id"]) if record is not None else uuid.uuid4()
+        calls = [ToolCallPublic.model_validate(c) for c in (record or {}).get("tool_calls") or ()]
+        recorded = (record or {}).get("tool_results") or ()
+        held = [h for h in resumed.held if record is not None and h["message_id"] == record["id"]]
+        message_id = uuid.UUID(question["id"]) if question is not None else None
+        return Turn(
+            id=turn_id,
+            owner=owner,
+            session_id=session_id,
+            user_message_id=message_id,
+            message=(question or {}).get("content") or "",
+            tools=TodoTools(
+                owner=owner,
+                name=resumed.name,
+                tz=tz,
+                session_id=session_id,
+                turn=(turn_id, reply_id),
+            ),
+            assistant_message_id=reply_id,
+            messages=[
+                *prompt_messages(resumed.name, tz, resumed.instructions),
+                *to_model_messages(rows),
+            ],
+            model=self._settings.model_for(resumed.model),
+            use_model=self._caller is not None and not over_budget,
+            fallback_reason=(
+                "token_budget" if over_budget else None if self._caller else "no_api_key"
+            ),
+            calls=calls,
+            results=[
+                ToolResultPublic.model_validate(r)
+                for r in recorded
+                if r["result"].get("status") != approvals.PENDING
+            ],
+            # What the lapsed attempt's calls did: the stub says so rather than act again.
+            earlier_results=[r["result"] for r in recorded],
+            history=rows,
+            confirm=resumed.confirm or self._settings.agent_confirm_default,
+            pending=[PendingApproval.model_validate(h) for h in held],
+            reply_to=message_id,
+            resumed=True,
+        )
 
     async def close(self) -> None:
         if self._caller is not None:
@@ -240,7 +358,7 @@ class OpenAIAgentService:
                 regenerate=regenerate,
             )
             if not isinstance(opened, Opening) or opened.started:
-                return self._turn(identity, request, opened, idempotency_key)
+                return self._turn(identity, request, opened, idempotency_key, regenerate)
             if not opened.user_found:  # not known here yet: create it, then try again
                 async with self._database.transaction(as_user=identity.user_id) as db:
                     await upsert_user(db=db, identity=identity)
@@ -266,6 +384,8 @@ class OpenAIAgentService:
         """One try at starting the turn; with an Idempotency-Key, the key is claimed in
         the same transaction (a refused try changes nothing, the claim included)."""
         settings = self._settings
+        # With a key, the user message's id is named in the key's record too.
+        message_id = uuid.uuid4()
 
         async def open_turn(db: AsyncConnection | RawConnection) -> Opening:
             return await turns.open_turn(
@@ -280,6 +400,7 @@ class OpenAIAgentService:
                 per_minute=settings.chat_rate_limit_per_minute,
                 lease_s=settings.chat_session_lease_s,
                 history=settings.agent_history_messages,
+                message_id=message_id,
             )
 
         if key is None:
@@ -297,6 +418,7 @@ class OpenAIAgentService:
                     fingerprint=idempotency.request_hash("chat", fingerprinted),
                     ttl_s=settings.idempotency_ttl_s,
                     lock_s=settings.chat_session_lease_s,
+                    message_id=None if request.message is None or regenerate else message_id,
                 )
                 if replay is not None:
                     return replay
@@ -314,6 +436,7 @@ class OpenAIAgentService:
         request: ChatRequest,
         opened: Opening | Replay,
         key: str | None,
+        regenerate: bool,
     ) -> Turn | Replay:
         if isinstance(opened, Replay):
             return opened
@@ -351,6 +474,7 @@ class OpenAIAgentService:
             confirm=opened.confirm or self._settings.agent_confirm_default,
             held=opened.held,
             answers=request.approvals,
+            reply_to=None if regenerate else opened.user_message_id,
         )
 
     # -- run ------------------------------------------------------------------------------
@@ -403,6 +527,8 @@ class OpenAIAgentService:
         return response
 
     async def _answer(self, turn: Turn) -> tuple[str, bool]:
+        if turn.pending:  # resumed after holding calls: it ends by asking, as it would have
+            return _said(turn, approvals.question([held.summary for held in turn.pending])), False
         caller = self._caller
         if caller is None or not turn.use_model:
             return await self._answer_with_stub(turn)
@@ -507,6 +633,8 @@ class OpenAIAgentService:
                 owner=turn.owner,
                 session_id=turn.session_id,
                 message_id=turn.assistant_message_id,
+                turn_id=turn.id,
+                reply_to=turn.reply_to,
                 call=call.model_dump(mode="json"),
                 result={"tool_call_id": call.id, "name": call.name, "result": result},
             )
@@ -527,6 +655,8 @@ class OpenAIAgentService:
                 owner=turn.owner,
                 session_id=turn.session_id,
                 message_id=turn.assistant_message_id,
+                turn_id=turn.id,
+                reply_to=turn.reply_to,
                 call=call.model_dump(mode="json"),
                 arguments=parsed.model_dump(mode="json", exclude_none=True),
                 summary=approval_summary(parsed.name, tried),
@@ -624,20 +754,21 @@ class OpenAIAgentService:
     # -- finish ---------------------------------------------------------------------------
 
     async def _finish(self, turn: Turn, text: str, using_stub: bool) -> ChatResponse:
-        """Store the reply (one statement), and the idempotent answer with it."""
+        """Store the reply (one statement), and the idempotent answer with it: under the
+        request's key, or (a turn taken over) under whatever key names its user message."""
         key = turn.idempotency_key
-        if key is None:
+        if key is None and not turn.resumed:
             async with self._database.raw() as db:
                 return await _store_reply(db, turn, text, using_stub)
         async with self._database.connection(as_user=turn.owner) as tx:
             response = await _store_reply(tx, turn, text, using_stub)
-            await idempotency.store(
-                tx,
-                owner=turn.owner,
-                key=key,
-                status_code=200,
-                body=response.model_dump(mode="json"),
-            )
+            body = response.model_dump(mode="json")
+            if key is not None:
+                await idempotency.store(tx, owner=turn.owner, key=key, status_code=200, body=body)
+            elif turn.user_message_id is not None:
+                await idempotency.store_for_message(
+                    tx, owner=turn.owner, message_id=turn.user_message_id, body=body
+                )
         return response
 
     @property
@@ -661,16 +792,6 @@ class OpenAIAgentService:
             except DatabaseUnavailable:
                 logger.warning("could not renew the session lease")
             await asyncio.sleep(self._lease_every_s)
-
-    async def _hand_over(self, turn: Turn) -> None:
-        try:
-            await _riding_out_outages(lambda: self._lapse(turn))
-        except Exception:  # the lease lapses by itself too, CHAT_SESSION_LEASE_S later
-            logger.warning("could not hand the turn over", exc_info=True)
-
-    async def _lapse(self, turn: Turn) -> None:
-        async with self._database.connection(as_user=turn.owner) as db:
-            await turns.lapse_lease(db, session_id=turn.session_id, turn_id=turn.id)
 
     async def _release(self, turn: Turn) -> None:
         async with self._database.connection(as_user=turn.owner) as db:
@@ -724,6 +845,7 @@ async def _store_reply(
         session_id=turn.session_id,
         message_id=turn.assistant_message_id,
         turn_id=turn.id,
+        reply_to=turn.reply_to,
         content=text,
         using_stub=using_stub,
         usage=turn.usage,

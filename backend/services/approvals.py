@@ -24,7 +24,7 @@ from sqlalchemy import bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from backend.errors import ApprovalNotFound, ApprovalNotPending
+from backend.errors import ApprovalNotFound, ApprovalNotPending, TurnTakenOver
 from backend.models.approval import ApprovalAnswer, PendingApproval
 from backend.services.turns import RECORD_TOOL_CALL
 
@@ -90,13 +90,16 @@ async def hold(
     owner: str,
     session_id: uuid.UUID,
     message_id: uuid.UUID,
+    turn_id: uuid.UUID,
+    reply_to: uuid.UUID | None,
     call: dict[str, Any],
     arguments: dict[str, Any],
     summary: str,
     ttl_s: float,
 ) -> PendingApproval:
     """Store `call` (its id and name; `arguments` as parsed) for the person's answer, and
-    record it in the turn's message with a placeholder result."""
+    record it in the turn's message with a placeholder result. Raises TurnTakenOver (roll
+    back) when the turn no longer holds the session, as turns.record_tool_call does."""
     approval = PendingApproval(
         id=new_id(),
         tool_call_id=call["id"],
@@ -105,13 +108,15 @@ async def hold(
         summary=summary[:500],
     )
     result = {"tool_call_id": call["id"], "name": call["name"], "result": placeholder(approval)}
-    await db.execute(
+    recorded = await db.execute(
         _HOLD,
         {
             "id": approval.id,
             "owner": owner,
             "session": session_id,
             "message": message_id,
+            "turn": turn_id,
+            "reply_to": reply_to,
             "call": approval.tool_call_id,
             "name": approval.name,
             "arguments": arguments,
@@ -121,6 +126,8 @@ async def hold(
             "results": [result],
         },
     )
+    if recorded.first() is None:
+        raise TurnTakenOver()
     return approval
 
 

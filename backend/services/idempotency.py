@@ -4,14 +4,21 @@ A key is claimed in the same transaction as the first effect of its request, and
 answer is stored in the same transaction as its last, so a key is either free, running,
 or answered; never answered without its effects, nor effects without a running key.
 Keys are per user and expire after `IDEMPOTENCY_TTL_S` (24 hours).
+
+A chat turn's key also names the user message the turn stored. If the turn's replica dies,
+the turn is not lost (another replica's sweeper finishes it, services/sweeper.py): while
+its session is still held, by the dead attempt or the one finishing it, the key stays
+running (409), and the sweeper stores the key's answer with the reply. Only a request that
+ended without an answer and holds nothing (it failed) can be taken over by a retry.
 """
 
 import hashlib
 import json
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, delete, func, select, update
+from sqlalchemy import Table, delete, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -20,6 +27,12 @@ from backend.models.idempotency import IdempotencyKey
 
 MAX_KEY_CHARS = 255
 _KEYS: Table = IdempotencyKey.__table__  # type: ignore[attr-defined]
+# The key's turn no longer holds its session (it holds it while it runs, and once lapsed
+# until another replica has finished it). Correlated with the conflicting key's row.
+_TURN_GONE = text(
+    "NOT EXISTS (SELECT FROM agent_messages m JOIN agent_sessions s ON s.id = m.session_id"
+    " WHERE m.id = idempotency_keys.message_id AND s.lease_owner IS NOT NULL)"
+)
 
 
 class InvalidIdempotencyKey(DomainError):
@@ -75,14 +88,19 @@ async def claim(
     fingerprint: str,
     ttl_s: float,
     lock_s: float,
+    message_id: uuid.UUID | None = None,
 ) -> Replay | None:
     """Take the key for this request (None), or return the answer it already has.
+    `message_id`: the user message a chat turn will store under the key.
 
     Raises IdempotencyKeyReused (422) for the same key with another request, and
-    IdempotencyInProgress (409) while the first request is still running. A request that
-    died holding the key (its lock expired, no answer) can be taken over by a retry.
+    IdempotencyInProgress (409, Retry-After) while the first request is still running,
+    here or finished by another replica. A request that ended holding the key without an
+    answer (its lock expired, and no turn of its message holds a session) can be taken over
+    by a retry.
     """
     keys = _KEYS.c
+
     mine = (keys.user_id == owner) & (keys.key == key)
     # Expired keys of this user are free again; this also keeps the table small.
     await db.execute(delete(_KEYS).where(keys.user_id == owner, keys.expires_at < func.now()))
@@ -92,14 +110,19 @@ async def claim(
         request_hash=fingerprint,
         locked_until=func.now() + _interval(lock_s),
         expires_at=func.now() + _interval(ttl_s),
+        message_id=message_id,
     )
     taken = statement.on_conflict_do_update(
         index_elements=[keys.user_id, keys.key],
-        set_={"locked_until": statement.excluded.locked_until},
+        set_={
+            "locked_until": statement.excluded.locked_until,
+            "message_id": statement.excluded.message_id,
+        },
         where=(
             keys.response.is_(None)
             & (keys.locked_until < func.now())
             & (keys.request_hash == fingerprint)
+            & _TURN_GONE
         ),
     ).returning(keys.key)
     if (await db.execute(taken)).first() is not None:
@@ -122,4 +145,16 @@ async def store(
         update(_KEYS)
         .where(_KEYS.c.user_id == owner, _KEYS.c.key == key)
         .values(status_code=status_code, response=body, locked_until=None)
+    )
+
+
+async def store_for_message(
+    db: AsyncConnection, *, owner: str, message_id: uuid.UUID, body: dict[str, Any]
+) -> None:
+    """Record a chat turn's answer for the key that names its user message, if one does:
+    a turn finished by another replica than the one its request reached."""
+    await db.execute(
+        update(_KEYS)
+        .where(_KEYS.c.user_id == owner, _KEYS.c.message_id == message_id)
+        .values(status_code=200, response=body, locked_until=None)
     )

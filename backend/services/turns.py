@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, text
+from sqlalchemy import JSON, BigInteger, String, bindparam, column, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db import RawConnection, Statement, first_row
-from backend.errors import SessionNotFound
+from backend.errors import SessionNotFound, TurnTakenOver
 from backend.models.session import Usage
 
 TITLE_CHARS = 60
@@ -112,28 +112,80 @@ _RELEASE_LEASE = text(
     """
 )
 
-# The turn's assistant message is created by its first tool call and grows with each one.
+# The turn's assistant message is created by its first tool call and grows with each one,
+# only while the turn still holds the session: the lock (FOR SHARE) orders this against a
+# sweeper taking the turn over (services/sweeper.py), so a call either commits before the
+# takeover (and the sweeper reads its record) or writes nothing, its effect rolled back
+# with it. No row returned: the turn was taken over.
 RECORD_TOOL_CALL = """
     INSERT INTO agent_messages
-        (id, session_id, user_id, role, tool_calls, tool_results, created_at)
-    VALUES (:message, :session, :owner, 'assistant', :calls, :results, clock_timestamp())
+        (id, session_id, user_id, role, tool_calls, tool_results, reply_to, created_at)
+    SELECT :message, s.id, :owner, 'assistant', :calls, :results, :reply_to, clock_timestamp()
+    FROM agent_sessions s WHERE s.id = :session AND s.lease_owner = :turn
+    FOR SHARE OF s
     ON CONFLICT (id) DO UPDATE SET
         tool_calls = agent_messages.tool_calls || EXCLUDED.tool_calls,
         tool_results = agent_messages.tool_results || EXCLUDED.tool_results
+    RETURNING id
 """
 _RECORD_TOOL_CALL = text(RECORD_TOOL_CALL).bindparams(
     bindparam("calls", type_=JSONB), bindparam("results", type_=JSONB)
 )
 
-# The end of a turn, one statement: the database function `todo_finish_turn` (migration
-# 0007): the user's daily tokens, the reply (completing the tool-call record if there is
-# one), and the session: activity time, token totals, and the lease, released only if still
-# ours. Locks are taken in the order `todo_open_turn` takes them, the user's row before the
+# A lapsed lease, taken by a sweeper for a new attempt at its turn: only while it still
+# names the attempt that lapsed, so one sweeper wins.
+_TAKE_OVER = text(
+    """
+    UPDATE agent_sessions SET lease_owner = :turn,
+                              lease_expires_at = now() + make_interval(secs => :lease)
+    WHERE id = :session AND lease_owner = :lapsed AND lease_expires_at < now()
+    RETURNING id
+    """
+)
+# What a new attempt at a turn starts from, as `todo_open_turn` reads it for a new turn.
+_RESUME = text(
+    """
+    SELECT COALESCE(u.display_name, u.name) AS name, u.timezone, u.instructions, u.model,
+           u.confirm,
+           CASE WHEN u.tokens_day = CURRENT_DATE THEN u.tokens_used ELSE 0 END AS tokens_today,
+           todo_history(:session, :want) AS history,
+           (SELECT json_agg(a ORDER BY a.created_at) FROM (
+                SELECT p.id, p.message_id, p.tool_call_id, p.name, p.arguments, p.summary,
+                       p.created_at, p.expires_at <= now() AS expired
+                FROM approvals p WHERE p.session_id = :session AND p.state = 'pending'
+           ) AS a) AS held
+    FROM users u WHERE u.id = :owner
+    """
+).columns(
+    column("name", String),
+    column("timezone", String),
+    column("instructions", String),
+    column("model", String),
+    column("confirm", String),
+    column("tokens_today", BigInteger),
+    column("history", JSON),
+    column("held", JSON),
+)
+_LAPSED = text("SELECT session_id, user_id, turn FROM todo_lapsed_turns(:want)")
+# Draining: the lease ends now, and the sweeper of another replica takes the turn.
+_HAND_OVER = text(
+    """
+    UPDATE agent_sessions SET lease_expires_at = now()
+    WHERE id = :session AND lease_owner = :turn
+    RETURNING id
+    """
+)
+
+# The end of a turn, one statement: the database function `todo_finish_turn` (migrations
+# 0007, 0013): if the turn still holds the session, the user's daily tokens, the reply
+# (completing the tool-call record if there is one; `answers` the user message it answers,
+# once: a unique index), and the session: activity time, token totals, the lease released.
+# Locks are taken in the order `todo_open_turn` takes them, the user's row before the
 # session's: the other order deadlocks with a turn opening in the session.
 _FINISH = Statement(
     text(
-        "SELECT todo_finish_turn(:owner, :session, :message, :turn, :content, :stub, :prompt,"
-        " :completion, :total, :cached) AS created_at"
+        "SELECT created_at, taken_over FROM todo_finish_turn(:owner, :session, :message,"
+        " :turn, :answers, :content, :stub, :prompt, :completion, :total, :cached)"
     )
 )
 
@@ -225,6 +277,7 @@ async def open_turn(
     history: int,
     chat_id: str | None = None,
     regenerate: bool = False,
+    message_id: uuid.UUID | None = None,
 ) -> Opening:
     """Start a turn: admit it, take (or create) the session, store the user message and
     read the `history` latest messages ending with it, oldest first, and the session's held
@@ -236,7 +289,7 @@ async def open_turn(
     happened; their words are what is being replaced). `message=None` without it stores
     nothing: the turn goes on from where the session is (answering held calls)."""
     interval, tau = _gcra(per_minute)
-    message_id = uuid.uuid4()
+    message_id = message_id or uuid.uuid4()
     adds = message is not None and not regenerate
     if not adds and session_id is None:
         raise SessionNotFound("There is no message in this chat to answer again.")
@@ -329,34 +382,35 @@ async def release_lease(db: AsyncConnection, *, session_id: uuid.UUID, turn_id: 
     await db.execute(_RELEASE_LEASE, {"session": session_id, "turn": turn_id})
 
 
-async def lapse_lease(db: AsyncConnection, *, session_id: uuid.UUID, turn_id: uuid.UUID) -> None:
-    """End our lease now but leave it ours: the session then looks as if this process had
-    died mid-turn, so another replica takes the turn over (a released lease would look like
-    a session at rest, its message never answered)."""
-    await renew_lease(db, session_id=session_id, turn_id=turn_id, lease_s=0)
-
-
 async def record_tool_call(
     db: AsyncConnection,
     *,
     owner: str,
     session_id: uuid.UUID,
     message_id: uuid.UUID,
+    turn_id: uuid.UUID,
+    reply_to: uuid.UUID | None,
     call: dict[str, Any],
     result: dict[str, Any],
 ) -> None:
     """Append a call and its result to the turn's assistant message, in the transaction
-    that carried out the call: no effect without its record."""
-    await db.execute(
+    that carried out the call: no effect without its record. Raises TurnTakenOver (and the
+    transaction must roll back, the effect with it) when the turn no longer holds the
+    session."""
+    recorded = await db.execute(
         _RECORD_TOOL_CALL,
         {
             "message": message_id,
             "session": session_id,
             "owner": owner,
+            "turn": turn_id,
+            "reply_to": reply_to,
             "calls": [call],
             "results": [result],
         },
     )
+    if recorded.first() is None:
+        raise TurnTakenOver()
 
 
 async def finish(
@@ -366,11 +420,13 @@ async def finish(
     session_id: uuid.UUID,
     message_id: uuid.UUID,
     turn_id: uuid.UUID,
+    reply_to: uuid.UUID | None,
     content: str,
     using_stub: bool,
     usage: Usage,
 ) -> datetime:
-    """Store the reply and close the turn; returns the reply's time."""
+    """Store the reply and close the turn; returns the reply's time. Raises TurnTakenOver
+    when the turn no longer holds the session (another replica finishes it)."""
     row = await first_row(
         db,
         _FINISH,
@@ -379,6 +435,7 @@ async def finish(
             "session": session_id,
             "owner": owner,
             "turn": turn_id,
+            "answers": reply_to,
             "content": content,
             "stub": using_stub,
             "prompt": usage.prompt_tokens,
@@ -387,7 +444,75 @@ async def finish(
             "cached": usage.cached_tokens,
         },
     )
-    if row is None or row["created_at"] is None:
+    if row is None:
         raise SessionNotFound()
+    if row["taken_over"]:
+        raise TurnTakenOver()
     created_at: datetime = row["created_at"]
     return created_at
+
+
+async def lapsed_turns(db: AsyncConnection, *, want: int) -> list[tuple[uuid.UUID, str, uuid.UUID]]:
+    """Up to `want` turns whose lease lapsed: (session id, user id, the lapsed attempt),
+    longest lapsed first. As the worker role, which sees no one's sessions otherwise."""
+    rows = await db.execute(_LAPSED, {"want": want})
+    return [(row.session_id, row.user_id, row.turn) for row in rows]
+
+
+async def take_over(
+    db: AsyncConnection,
+    *,
+    session_id: uuid.UUID,
+    lapsed: uuid.UUID,
+    turn_id: uuid.UUID,
+    lease_s: float,
+) -> bool:
+    """Take a lapsed turn's lease for the attempt `turn_id`; False if another took it, or
+    the lapsed attempt finished after all."""
+    taken = await db.execute(
+        _TAKE_OVER, {"session": session_id, "lapsed": lapsed, "turn": turn_id, "lease": lease_s}
+    )
+    return taken.first() is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Resumption:
+    """What a new attempt at a turn starts from: the user's settings, the session's latest
+    messages as stored (dicts with `id`, oldest first) and its held calls."""
+
+    name: str | None
+    timezone: str
+    instructions: str | None
+    model: str | None
+    confirm: str | None
+    tokens_today: int
+    stored: list[dict[str, Any]]
+    held: list[dict[str, Any]]
+
+
+async def resume(
+    db: AsyncConnection, *, owner: str, session_id: uuid.UUID, history: int
+) -> Resumption | None:
+    """Read what a taken-over turn needs, as the session's user; None: no such user."""
+    row = (
+        await db.execute(_RESUME, {"owner": owner, "session": session_id, "want": history})
+    ).first()
+    if row is None:
+        return None
+    return Resumption(
+        name=row.name,
+        timezone=row.timezone,
+        instructions=row.instructions,
+        model=row.model,
+        confirm=row.confirm,
+        tokens_today=row.tokens_today,
+        stored=row.history or [],
+        held=row.held or [],
+    )
+
+
+async def hand_over(db: AsyncConnection, *, session_id: uuid.UUID, turn_id: uuid.UUID) -> bool:
+    """End the turn's lease now, so that a sweeper takes it over (a draining replica's
+    turns); False when the turn no longer holds the session."""
+    ended = await db.execute(_HAND_OVER, {"session": session_id, "turn": turn_id})
+    return ended.first() is not None

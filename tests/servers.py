@@ -122,11 +122,11 @@ def server_processes(
             server.kill()
 
 
-def start_all(servers: Sequence[ServerProcess]) -> None:
+def start_all(servers: Sequence[ServerProcess], *, timeout_s: float = 60) -> None:
     """Start those of the servers that are not running, side by side (each takes seconds)."""
     stopped = [server for server in servers if not server.running]
     with ThreadPoolExecutor(max_workers=max(1, len(stopped))) as pool:
-        list(pool.map(lambda server: server.start(), stopped))
+        list(pool.map(lambda server: server.start(timeout_s), stopped))
 
 
 def stop_all(servers: Sequence[ServerProcess]) -> None:

@@ -31,6 +31,10 @@ class Settings(BaseSettings):
 
     environment: Literal["development", "production"] = "development"
     database_url: str | None = None
+    # Straight to PostgreSQL, for what a transaction-mode pooler in front of DATABASE_URL
+    # cannot carry (LISTEN, migrations); unset: DATABASE_URL. Set to another URL, it also
+    # says that DATABASE_URL is such a pooler (`behind_pooler`).
+    database_direct_url: str | None = None
     data_dir: Path = Field(default=Path(".todo-agent"), alias="TODO_AGENT_DATA_DIR")
     # No overflow by default: under load an overflow connection was opened and closed every
     # few turns, each costing a TLS handshake, type introspection and preparing the hot

@@ -4,7 +4,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import math
 import os
 import shutil
 import signal
@@ -12,13 +11,20 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from backend import chat_cli
 from backend.logs import configure_logging
 from backend.metrics import MULTIPROC_DIR_ENV
 from backend.settings import ConfigError, Settings, load_settings
 
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
 logger = logging.getLogger("todo_agent.cli")
+# What requests still open once the turns are drained (a large export, an MCP call) get
+# before uvicorn cancels them; event streams were ended by the drain.
+REQUESTS_AFTER_DRAIN_S = 5
 
 
 def _database_url(settings: Settings) -> str:
@@ -76,6 +82,41 @@ def _exit_cleanly(signum: int, _: FrameType | None) -> None:
     raise SystemExit(0)
 
 
+def serving_app() -> "FastAPI":
+    """The app as `serve` runs it (uvicorn's factory, in each worker process): SIGTERM
+    drains it before uvicorn hears of the signal. Told at once, uvicorn would close its
+    listener (a load balancer would learn from refused connections, not from `/ready`)
+    and cut the turns still running at its timeout. uvicorn builds the app inside its own
+    signal handling, so the handler found here is uvicorn's, and it is called once the
+    drain is over: uvicorn then stops as it always does."""
+    from backend.main import create_app
+
+    app = create_app()
+    uvicorn_stops = signal.getsignal(signal.SIGTERM)
+    if not callable(uvicorn_stops):  # not under uvicorn's signal handling: nothing to wrap
+        return app
+    loop = asyncio.get_running_loop()
+    draining: set[asyncio.Task[None]] = set()  # held, so the task is not collected
+
+    async def drain_then_stop(signum: int) -> None:
+        try:
+            await app.state.context.drain()
+        finally:
+            uvicorn_stops(signum, None)
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, uvicorn_stops)  # a second SIGTERM: stop at once
+        context = getattr(app.state, "context", None)
+        if context is None:  # still starting: nothing to drain
+            uvicorn_stops(signum, frame)
+            return
+        context.agent.refuse_turns()  # now, not when the loop gets to the drain
+        loop.call_soon_threadsafe(lambda: draining.add(loop.create_task(drain_then_stop(signum))))
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return app
+
+
 def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
@@ -88,14 +129,15 @@ def serve(args: argparse.Namespace) -> None:
     if not settings.openai_api_key:
         logger.warning("no OPENAI_API_KEY; answering with the stub responder")
     with _metrics_dir(settings, args.workers):
-        # uvicorn handles SIGTERM / SIGINT while it serves: it stops accepting, lets
-        # in-flight requests finish (up to the grace period), runs the lifespan shutdown
-        # (which drains background turns), then raises the signal again for the previous
-        # handler. That handler is this one: a graceful stop exits 0, not "killed by signal".
+        # uvicorn handles SIGTERM / SIGINT while it serves (SIGTERM after the app's drain,
+        # see serving_app): it stops accepting, lets in-flight requests finish (up to its
+        # graceful timeout), runs the lifespan shutdown (which drains turns still running,
+        # after a SIGINT), then raises the signal again for the previous handler. That
+        # handler is this one: a graceful stop exits 0, not "killed by signal".
         for stop in (signal.SIGTERM, signal.SIGINT):
             signal.signal(stop, _exit_cleanly)
         uvicorn.run(
-            "backend.main:create_app",
+            "backend.cli:serving_app",
             factory=True,
             host=args.host,
             port=args.port,
@@ -103,7 +145,7 @@ def serve(args: argparse.Namespace) -> None:
             proxy_headers=True,
             log_config=None,  # ours (backend.logs), set up here and by the app factory
             access_log=False,  # backend.middleware writes one line per request instead
-            timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),
+            timeout_graceful_shutdown=REQUESTS_AFTER_DRAIN_S,
         )
 
 
@@ -135,9 +177,8 @@ def token(args: argparse.Namespace) -> None:
 
 def _users() -> Settings:
     """Settings for a command on DATABASE_URL (in development, the embedded one); it signs
-    nothing, so no secret is made for it."""
+    nothing, so no secret is made for it or asked of it."""
     settings = Settings()
-    settings.check_production()
     return settings.model_copy(update={"database_url": _database_url(settings)})
 
 

@@ -107,6 +107,21 @@ class AppContext:
         self.vectors = PassageVectors(self.settings, self.database, embeddings)
         self.events.on_notify(self.vectors.wake)
 
+    @property
+    def draining(self) -> bool:
+        return self.agent.draining
+
+    async def drain(self) -> None:
+        """Go away without cutting anything (SIGTERM): refuse new turns at once (and
+        `/ready` answers 503), take no other replica's turns over, let the turns in flight
+        finish within SHUTDOWN_GRACE_S and hand the rest over, then end the event streams
+        so their clients move on."""
+        self.agent.refuse_turns()
+        # Stopped before the hand-over too, or it could take its own turns back.
+        await self.sweeper.stop()
+        await self.agent.drain(self.settings.shutdown_grace_s)
+        self.events.end_streams()
+
     async def close(self) -> None:
         for worker in self._background():
             await worker.stop()

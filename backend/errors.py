@@ -237,6 +237,30 @@ class DatabaseUnavailable(RetryLater):
         super().__init__(detail, retry_after_s=2)
 
 
+class ShuttingDown(RetryLater):
+    """A new turn asked of a replica that is draining (SIGTERM): another replica takes it."""
+
+    status_code = 503
+    detail = "This server is shutting down; retry shortly."
+
+    def __init__(self) -> None:
+        super().__init__(retry_after_s=1)
+
+
+class TurnHandedOver(RetryLater):
+    """A turn still running when its replica's shutdown grace ran out: it was handed to
+    another replica, which finishes it; the same Idempotency-Key gets its answer there."""
+
+    status_code = 503
+    detail = (
+        "This server shut down while answering; another one is finishing the answer. "
+        "Retry with the same Idempotency-Key, or read the session."
+    )
+
+    def __init__(self) -> None:
+        super().__init__(retry_after_s=2)
+
+
 def error_response(error: DomainError) -> JSONResponse:
     return JSONResponse({"detail": error.detail}, error.status_code, headers=error.headers)
 

@@ -31,6 +31,10 @@ class Settings(BaseSettings):
 
     environment: Literal["development", "production"] = "development"
     database_url: str | None = None
+    # Straight to PostgreSQL, for what a transaction-mode pooler in front of DATABASE_URL
+    # cannot carry (LISTEN, migrations); unset: DATABASE_URL. Set to another URL, it also
+    # says that DATABASE_URL is such a pooler (`behind_pooler`).
+    database_direct_url: str | None = None
     data_dir: Path = Field(default=Path(".todo-agent"), alias="TODO_AGENT_DATA_DIR")
     # No overflow by default: under load an overflow connection was opened and closed every
     # few turns, each costing a TLS handshake, type introspection and preparing the hot
@@ -130,7 +134,9 @@ class Settings(BaseSettings):
     identity_webhook_secret: SecretStr | None = None
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
-    shutdown_grace_s: float = Field(default=30.0, ge=0)
+    # On SIGTERM, how long turns in flight may run on before they are handed to another
+    # replica (the platform's termination grace must be longer; docs/operations.md).
+    shutdown_grace_s: float = Field(default=20.0, ge=0)
     # Where worker processes share Prometheus samples; `serve` exports it to the workers.
     prometheus_multiproc_dir: Path | None = None
     # The chat page at `/`; None: on in development, off in production.
@@ -316,8 +322,10 @@ def normalize_database_url(url: str) -> str:
 
 
 def load_settings(*, serving: bool = False) -> Settings:
-    """Settings for a process that serves (`serving`) or signs: checked, with the dev
-    secrets it needs resolved."""
+    """Settings for a process that serves (`serving`: checked for production) or for a
+    command, which asks only for what it uses (`token` a JWT secret, `migrate` a database),
+    with the dev secrets it needs resolved."""
     settings = Settings()
-    settings.check_production()
+    if serving:
+        settings.check_production()
     return settings.with_development_secret(serving=serving)

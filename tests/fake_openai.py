@@ -97,9 +97,11 @@ _READ_LIMIT = 16 * 1024 * 1024
 
 @dataclass(frozen=True, kw_only=True)
 class Step:
-    """One scripted answer. `delay` (seconds) is waited before anything is sent."""
+    """One scripted answer. `delay` (seconds) is waited before anything is sent, and before
+    that, `until` is set if given (see `held`)."""
 
     delay: float = 0.0
+    until: threading.Event | None = None
 
 
 @dataclass(frozen=True)
@@ -297,6 +299,12 @@ def delay(seconds: float, then: Step | str | None = None) -> Step:
     """`then` (default `reply("OK")`), answered `seconds` later (on top of its own delay)."""
     step = _as_step(then if then is not None else reply())
     return replace(step, delay=step.delay + seconds)
+
+
+def held(until: threading.Event, then: Step | str | None = None) -> Step:
+    """`then` (default `reply("OK")`), answered once the test sets `until`: a turn kept in
+    flight for exactly as long as the test needs it."""
+    return replace(_as_step(then if then is not None else reply()), until=until)
 
 
 def hang() -> Step:
@@ -743,6 +751,8 @@ class FakeOpenAI:
         writer: asyncio.StreamWriter,
         keep_alive: bool,
     ) -> bool:
+        while step.until is not None and not step.until.is_set():
+            await _wait(0.05, reader, writer)
         await _wait(self.latency_s + step.delay, reader, writer)
         streamed = record.stream
         headers = {"x-request-id": f"req_fake_{next(self._ids)}"}

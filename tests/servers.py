@@ -122,7 +122,7 @@ def server_processes(
             server.kill()
 
 
-def start_all(servers: Sequence[ServerProcess], timeout_s: float = 60) -> None:
+def start_all(servers: Sequence[ServerProcess], *, timeout_s: float = 60) -> None:
     """Start those of the servers that are not running, side by side (each takes seconds)."""
     stopped = [server for server in servers if not server.running]
     with ThreadPoolExecutor(max_workers=max(1, len(stopped))) as pool:

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from jose import jwt
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -16,7 +17,7 @@ from backend.embedded_db import EmbeddedPostgres
 from backend.main import create_app
 from backend.migrations import migrate
 from backend.settings import ConfigError, Settings
-from tests.conftest import auth
+from tests.conftest import TEST_SECRET, auth
 from tests.servers import ServerProcess, run_cli
 
 
@@ -243,6 +244,21 @@ def test_cli_refuses_in_production_and_says_what_to_set(tmp_path: Path) -> None:
     assert "JWT_SECRET" in token.stderr
     assert not (tmp_path / "jwt_secret").exists()
     assert not (tmp_path / "mcp_state_secret").exists()
+
+
+def test_commands_in_production_ask_only_for_what_they_use(
+    tmp_path: Path, database_url: str, engine: object
+) -> None:
+    """`token` signs (a JWT secret, no database, no MCP key); `migrate` migrates (a
+    database, no secrets): a migration job or a shell that mints a token carries no more."""
+    env = {"ENVIRONMENT": "production", "TODO_AGENT_DATA_DIR": str(tmp_path)}
+    minted = run_cli("token", "alice", env={**env, "JWT_SECRET": TEST_SECRET})
+    migrated = run_cli("migrate", env={**env, "DATABASE_URL": database_url})
+    assert minted.returncode == 0, minted.stderr
+    claims = jwt.decode(minted.stdout.strip(), TEST_SECRET, algorithms=["HS256"])
+    assert claims["sub"] == "alice"
+    assert migrated.returncode == 0, migrated.stderr
+    assert list(tmp_path.iterdir()) == []  # and production made no secret of its own
 
 
 def test_serve_on_embedded_postgres_with_a_minted_token(tmp_path: Path) -> None:

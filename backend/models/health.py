@@ -10,6 +10,7 @@ class Health(SQLModel):
 
 
 class Readiness(SQLModel):
-    status: Literal["ready", "unavailable"]
+    # draining: shutting down (SIGTERM); the turns in flight finish, no new ones start.
+    status: Literal["ready", "unavailable", "draining"]
     database: bool
     migrations: str

@@ -4,7 +4,7 @@ from fastapi import APIRouter, Response
 
 from backend.deps import Context
 from backend.models.health import Health, Readiness
-from backend.services.health import readiness
+from backend.services.health import serving_readiness
 
 router = APIRouter(tags=["operations"])
 
@@ -21,8 +21,9 @@ async def health() -> Health:
     responses={503: {"model": Readiness, "description": "Not ready"}},
 )
 async def ready(context: Context, response: Response) -> Readiness:
-    """200 when the database answers and its migrations are at head, else 503."""
-    report = await readiness(context.database)
+    """200 when the database answers and its migrations are at head, and the process is not
+    shutting down; else 503."""
+    report = await serving_readiness(context.database, draining=context.draining)
     if report.status != "ready":
         response.status_code = 503
         response.headers["Retry-After"] = "5"

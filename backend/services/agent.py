@@ -41,6 +41,8 @@ from backend.errors import (
     RateLimited,
     SessionBusy,
     SessionNotFound,
+    ShuttingDown,
+    TurnHandedOver,
 )
 from backend.logs import log_turn
 from backend.models.approval import ApprovalAnswer, PendingApproval
@@ -154,6 +156,7 @@ class OpenAIAgentService:
         self._streams = streams or TurnStreams(database)
         self._running: dict[asyncio.Task[ChatResponse], Turn] = {}
         self._chores: set[asyncio.Task[None]] = set()
+        self._draining = False
 
     @classmethod
     def from_settings(
@@ -189,10 +192,24 @@ class OpenAIAgentService:
         self._chores.add(task)
         task.add_done_callback(self._chores.discard)
 
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def refuse_turns(self) -> None:
+        """From now on `begin` refuses new turns (503): this process is going away."""
+        self._draining = True
+
     async def drain(self, timeout_s: float) -> None:
-        """Let in-flight turns finish (graceful shutdown)."""
+        """Refuse new turns, let those in flight finish for up to `timeout_s`, and hand the
+        rest over to another replica (`hand_over`; this process's sweeper must be stopped
+        first), which takes each over without waiting out CHAT_SESSION_LEASE_S."""
+        self.refuse_turns()
         if self._running:
             await asyncio.wait(set(self._running), timeout=timeout_s)
+        if self._running:
+            handed = await self.hand_over()
+            logger.warning("turns still running handed over", extra={"turns": handed})
 
     async def hand_over(self) -> int:
         """Stop every turn still running here and end its lease now, so that another
@@ -332,7 +349,10 @@ class OpenAIAgentService:
         policy says so. Raises SessionNotFound (404), SessionBusy (409), RateLimited (429);
         a repeated Idempotency-Key gets the first answer back instead (a Replay).
         Without a session id, `chat_id` names the session (see `turns.open_turn`);
-        `regenerate` answers the session's last user message again instead of storing one."""
+        `regenerate` answers the session's last user message again instead of storing one.
+        While this process drains, raises ShuttingDown (503) instead."""
+        if self._draining:
+            raise ShuttingDown()
         settings = self._settings
         if request.approvals and idempotency_key is None:  # with a key: once it is claimed
             async with self._database.connection(as_user=identity.user_id) as db:
@@ -475,7 +495,12 @@ class OpenAIAgentService:
         """Answer the turn and store the reply. The session is released whatever happens."""
         with metrics.track_turn() as tracked:
             try:
-                response = await self._run(turn)
+                try:
+                    response = await self._run(turn)
+                except asyncio.CancelledError:
+                    if turn.handed_over:  # our own drain cancelled it: a 503 to retry
+                        raise TurnHandedOver() from None
+                    raise
                 tracked.outcome = "stub" if response.using_stub else "model"
                 if response.using_stub:
                     metrics.record_stub_fallback(turn.fallback_reason or "unknown")

@@ -13,6 +13,13 @@ logger = logging.getLogger("todo_agent.health")
 _PROBE_TIMEOUT_S = 3.0
 
 
+async def serving_readiness(database: Database, *, draining: bool) -> Readiness:
+    """Whether to send this process requests: not while it drains (SIGTERM), whatever the
+    database says."""
+    report = await readiness(database)
+    return report.model_copy(update={"status": "draining"}) if draining else report
+
+
 async def readiness(database: Database) -> Readiness:
     head = head_revision()
     try:

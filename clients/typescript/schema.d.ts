@@ -33,7 +33,8 @@ export interface paths {
         };
         /**
          * Ready
-         * @description 200 when the database answers and its migrations are at head, else 503.
+         * @description 200 when the database answers and its migrations are at head, and the process is not
+         *     shutting down; else 503.
          */
         get: operations["ready"];
         put?: never;
@@ -1636,7 +1637,7 @@ export interface components {
              * Status
              * @enum {string}
              */
-            status: "ready" | "unavailable";
+            status: "ready" | "unavailable" | "draining";
             /** Database */
             database: boolean;
             /** Migrations */

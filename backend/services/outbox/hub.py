@@ -123,6 +123,11 @@ class EventHub(BackgroundWorker):
 
     async def stop(self) -> None:
         await super().stop()
+        self.end_streams()
+
+    def end_streams(self) -> None:
+        """End every open stream; its client reconnects (to another replica, when this one
+        is going away) and resumes with Last-Event-ID."""
         for user in self._users.values():
             for stream in user.streams:
                 stream.queue.put_nowait(None)

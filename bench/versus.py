@@ -14,9 +14,12 @@ the median throughput and its ratio to the raw floor's median, and each step's c
 that ratio (two REVs in order measure what the commits between them cost, apart from what
 came after). Same database rule as `python -m bench` (BENCH_DATABASE_URL).
 
-`--pooler` also runs this checkout through a PgBouncer in transaction mode in front of the
-bench's database (`tests/pgbouncer.py`, Debian's `pgbouncer`; DATABASE_DIRECT_URL past it),
-as `pgbouncer`, right after `now`: its step is what the pooler costs a turn.
+`--pooler` also runs this checkout with what a pooler in transaction mode asks of it, right
+after `now`: `pooler-safe`, straight to the database but told it is behind a pooler
+(DATABASE_DIRECT_URL the same database by another spelling of its URL: no prepared
+statement kept), and `pgbouncer`, through a PgBouncer in transaction mode in front of the
+bench's database (`tests/pgbouncer.py`, Debian's `pgbouncer`). Their steps are what
+pooler-safety costs a turn, then what the pooler itself adds.
 """
 
 import argparse
@@ -100,20 +103,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.pooler:
             direct = bench.service.env["DATABASE_URL"]
             pooler = stack.enter_context(PgBouncer(direct, pool_size=20))
-            pooled = stack.enter_context(
-                Server(
-                    "pooled",
-                    [str(BIN / "todo-agent"), "serve"],
-                    {
-                        **bench.service.env,
-                        "DATABASE_URL": pooler.url,
-                        "DATABASE_DIRECT_URL": direct,
-                    },
-                    pooler.log.with_name("service.log"),
+            parsed = make_url(direct)  # the same database, spelled another way
+            respelled = parsed.set(port=None if parsed.port else 5432)
+            logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-pooler-")))
+            for name, url in (("safe", direct), ("pooled", pooler.url)):
+                env = {
+                    **bench.service.env,
+                    "DATABASE_URL": url,
+                    "DATABASE_DIRECT_URL": respelled.render_as_string(hide_password=False),
+                }
+                server = stack.enter_context(
+                    Server(name, [str(BIN / "todo-agent"), "serve"], env, logs / f"{name}.log")
                 )
-            )
-            names[id(pooled)] = "pgbouncer"
-            servers.append(pooled)
+                names[id(server)] = "pooler-safe" if name == "safe" else "pgbouncer"
+                servers.append(server)
         servers.append(bench.raw_floor)
         width = max(len(name) for name in names.values())
         throughputs: dict[int, list[float]] = {id(server): [] for server in servers}

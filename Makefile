@@ -33,10 +33,18 @@ js: $(JS_STAMPS)
 run: $(STAMP)
 	$(BIN)/todo-agent serve
 
+# Run a second time with the service behind a real PgBouncer in transaction mode (Debian's
+# `pgbouncer`, started by the tests; without it they skip loudly, under CI=true they fail):
+# tasks, chat and streaming, lists and row-level security, events, the turn's statements.
+POOLED_TESTS := tests/test_pooler.py tests/test_tasks.py tests/test_chat.py \
+	tests/test_streaming.py tests/test_lists.py tests/test_events.py tests/test_sql_budget.py
+
 ## The whole suite against real PostgreSQL (TEST_DATABASE_URL, else an embedded one), on two
 ## workers, each with a database of its own; a module's tests stay together on one worker.
+## Then POOLED_TESTS again through PgBouncer.
 test: $(STAMP) $(JS_STAMPS)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
+	TEST_THROUGH_PGBOUNCER=1 $(BIN)/python -m pytest -n 2 --dist loadfile $(POOLED_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

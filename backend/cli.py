@@ -125,7 +125,7 @@ def serve(args: argparse.Namespace) -> None:
     url = _database_url(settings)
     # Workers build their own settings from the environment; they must find the same database.
     os.environ["DATABASE_URL"] = url
-    _migrate(url)
+    _migrate(settings.database_direct_url or url)
     if not settings.openai_api_key:
         logger.warning("no OPENAI_API_KEY; answering with the stub responder")
     with _metrics_dir(settings, args.workers):
@@ -152,7 +152,8 @@ def serve(args: argparse.Namespace) -> None:
 def migrate(_: argparse.Namespace) -> None:
     settings = load_settings()
     configure_logging(settings.log_level)
-    _migrate(_database_url(settings))
+    # Past any pooler: DDL and the migration lock want the database itself.
+    _migrate(settings.database_direct_url or _database_url(settings))
     print("todo-agent: migrations at head", file=sys.stderr)
 
 

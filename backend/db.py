@@ -1,10 +1,12 @@
 """The database engine and the unit of work: one transaction, committed or rolled back.
 
-Every connection of the pool starts as `todo_agent_app`, a role that row-level security
-holds (migration 0007), whatever role DATABASE_URL logs in as. A transaction on people's
-data names the user it acts for as its first statement (`transaction(as_user=...)`): a
-setting local to the transaction, which the policies read, so a pooled connection carries
-nothing to the next request. Background work runs as `todo_agent_worker` (`system()`)."""
+A transaction on people's data becomes `todo_agent_app`, a role that row-level security
+holds (migration 0007), whatever role DATABASE_URL logs in as, and names the user it acts
+for, both in its first statement (`transaction(as_user=...)`): settings local to the
+transaction, which the policies read. Background work runs as `todo_agent_worker`
+(`system()`), set the same way. So a connection carries nothing from one transaction to the
+next, and a pooler in transaction mode (PgBouncer), which hands each transaction whichever
+server connection is free, changes nothing (docs/operations.md, "A pooler in between")."""
 
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
@@ -30,7 +32,9 @@ from backend.settings import Settings
 
 APP_ROLE = "todo_agent_app"
 WORKER_ROLE = "todo_agent_worker"
-_ACT_AS = text("SELECT set_config('todo_agent.user_id', :user, true)")
+_ACT_AS = text(
+    f"SELECT set_config('role', '{APP_ROLE}', true), set_config('todo_agent.user_id', :user, true)"
+)
 _AS_WORKER = text(f"SELECT set_config('role', '{WORKER_ROLE}', true)")
 _UTC = text("SELECT set_config('TimeZone', 'UTC', true)")
 
@@ -104,9 +108,14 @@ _ASYNCPG = PGDialect_asyncpg()  # type: ignore[no-untyped-call]
 
 class RawConnection:
     """A pooled connection's own asyncpg connection, outside any transaction. asyncpg
-    prepares each statement once per connection and keeps it; SQLAlchemy's execution path
-    (events, cursor adaptation, result objects) costs more CPU per statement than the
-    database spends answering the turn's two. Each statement is counted as SQLAlchemy's are."""
+    prepares each statement once per connection and keeps it (behind a pooler it parses it
+    again each time, see `Database`); SQLAlchemy's execution path (events, cursor adaptation,
+    result objects) costs more CPU per statement than the database spends answering the
+    turn's two. Each statement is counted as SQLAlchemy's are.
+
+    No transaction sets a role here: the statements of this path are database functions that
+    set their own (`SET role` on the function, migration 0011), so they run as the policies'
+    role whatever role the connection logged in as."""
 
     __slots__ = ("_connection", "_count", "broken_by")
 
@@ -152,18 +161,26 @@ class Database:
     ) -> None:
         if not settings.database_url:
             raise RuntimeError("Database needs settings.database_url")
+        connect_args: dict[str, Any] = {
+            "timeout": 5,
+            "server_settings": {"application_name": "todo-agent"},
+        }
+        if settings.behind_pooler:
+            # The pooler hands each transaction whichever server connection is free (and a
+            # statement outside one, each of its Syncs): a statement prepared on one is
+            # missing on the next, and another client's of the same name may be there.
+            # So no statement is kept: asyncpg uses the unnamed one and parses it again in
+            # the very message that binds and runs it, and SQLAlchemy caches none.
+            # Directly, both caches save a round trip per statement (docs/operations.md).
+            connect_args |= {"statement_cache_size": 0, "prepared_statement_cache_size": 0}
         self.engine: AsyncEngine = create_async_engine(
             settings.database_url,
             pool_size=settings.db_pool_size,
             max_overflow=settings.db_max_overflow,
             pool_timeout=10,
-            connect_args={
-                "timeout": 5,
-                "server_settings": {"application_name": "todo-agent", "role": APP_ROLE},
-            },
+            connect_args=connect_args,
             json_deserializer=_json_loads,
         )
-        self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         self._sessions = async_sessionmaker(
             self.engine, class_=AsyncSession, expire_on_commit=False, autoflush=False
         )
@@ -227,14 +244,6 @@ class Database:
         with _unavailable_as_503():
             async with self.engine.begin() as connection:
                 await connection.execute(_AS_WORKER)
-                yield connection
-
-    @asynccontextmanager
-    async def autocommit(self) -> AsyncIterator[AsyncConnection]:
-        """A connection outside any transaction, for one statement that is atomic by itself
-        and reads no one's rows (health): it saves the BEGIN and COMMIT round trips."""
-        with _unavailable_as_503():
-            async with self._autocommit.connect() as connection:
                 yield connection
 
     @asynccontextmanager

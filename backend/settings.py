@@ -163,10 +163,22 @@ class Settings(BaseSettings):
     def _no_trailing_slash(cls, value: str | None) -> str | None:
         return value.rstrip("/") or None if value else None
 
-    @field_validator("database_url")
+    @field_validator("database_url", "database_direct_url")
     @classmethod
     def _asyncpg_url(cls, value: str | None) -> str | None:
         return normalize_database_url(value) if value else None
+
+    @property
+    def direct_database_url(self) -> str | None:
+        """Where a connection of its own goes (LISTEN, migrations): past any pooler."""
+        return self.database_direct_url or self.database_url
+
+    @property
+    def behind_pooler(self) -> bool:
+        """Whether DATABASE_URL is a pooler that may hand each transaction another server
+        connection: DATABASE_DIRECT_URL names another way to the database."""
+        direct = self.database_direct_url
+        return direct is not None and direct != self.database_url
 
     @property
     def is_production(self) -> bool:

@@ -1,6 +1,6 @@
 """The service at earlier commits against the service now, with the raw floor, in one run.
 
-    python -m bench.versus REV [REV ...] [--rounds 2]
+    python -m bench.versus REV [REV ...] [--rounds 2] [--pooler]
 
 Runs `todo-agent serve` once on each REV's `backend/` (exported with `git archive` into a
 temporary directory put first on PYTHONPATH, with this checkout's installed packages) and
@@ -13,6 +13,13 @@ turn, the database connections opened and the other load on the machine; then, p
 the median throughput and its ratio to the raw floor's median, and each step's change of
 that ratio (two REVs in order measure what the commits between them cost, apart from what
 came after). Same database rule as `python -m bench` (BENCH_DATABASE_URL).
+
+`--pooler` also runs this checkout with what a pooler in transaction mode asks of it, right
+after `now`: `pooler-safe`, straight to the database but told it is behind a pooler
+(DATABASE_DIRECT_URL the same database by another spelling of its URL: no prepared
+statement kept), and `pgbouncer`, through a PgBouncer in transaction mode in front of the
+bench's database (`tests/pgbouncer.py`, Debian's `pgbouncer`). Their steps are what
+pooler-safety costs a turn, then what the pooler itself adds.
 """
 
 import argparse
@@ -34,6 +41,7 @@ from sqlalchemy.engine import make_url
 from bench.harness import BIN, REPO, Seeder, Server, asyncpg_dsn
 from bench.report import NO_TOOL
 from bench.run import QUICK, setup
+from tests.pgbouncer import PgBouncer
 
 PLAN = replace(QUICK, warmup_s=1.0, duration_s=3.0, min_samples=15, max_duration_s=5.0)
 
@@ -64,8 +72,11 @@ def own_database(url: str, suffix: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.versus", description=__doc__)
-    parser.add_argument("revs", nargs="+", metavar="rev", help="a commit to compare with")
+    parser.add_argument("revs", nargs="*", metavar="rev", help="a commit to compare with")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--pooler", action="store_true", help="also this checkout through PgBouncer"
+    )
     args = parser.parse_args(argv)
     with ExitStack() as stack:
         bench = setup(stack, plan=PLAN, workers=1)
@@ -88,7 +99,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             seeders[id(server)], names[id(server)] = Seeder(url), rev
             servers.append(server)
         names[id(bench.service)], names[id(bench.raw_floor)] = "now", "raw"
-        servers += [bench.service, bench.raw_floor]
+        servers.append(bench.service)
+        if args.pooler:
+            direct = bench.service.env["DATABASE_URL"]
+            pooler = stack.enter_context(PgBouncer(direct, pool_size=20))
+            parsed = make_url(direct)  # the same database, spelled another way
+            respelled = parsed.set(port=None if parsed.port else 5432)
+            logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-pooler-")))
+            for name, url in (("safe", direct), ("pooled", pooler.url)):
+                env = {
+                    **bench.service.env,
+                    "DATABASE_URL": url,
+                    "DATABASE_DIRECT_URL": respelled.render_as_string(hide_password=False),
+                }
+                server = stack.enter_context(
+                    Server(name, [str(BIN / "todo-agent"), "serve"], env, logs / f"{name}.log")
+                )
+                names[id(server)] = "pooler-safe" if name == "safe" else "pgbouncer"
+                servers.append(server)
+        servers.append(bench.raw_floor)
         width = max(len(name) for name in names.values())
         throughputs: dict[int, list[float]] = {id(server): [] for server in servers}
         for round_ in range(args.rounds):

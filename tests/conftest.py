@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -22,6 +23,7 @@ from backend.embedded_db import EmbeddedPostgres
 from backend.main import create_app
 from backend.migrations import migrate
 from backend.settings import Settings, normalize_database_url
+from tests import pgbouncer
 from tests.fake_openai import FakeOpenAI
 
 TEST_SECRET = "test-secret-" + "x" * 40
@@ -37,6 +39,7 @@ for _name in list(os.environ):
         ("OPENAI_", "JWT_", "AGENT_", "CHAT_", "CORS_", "MCP_", "EMBEDDINGS_")
     ) or _name in (
         "DATABASE_URL",
+        "DATABASE_DIRECT_URL",
         "ENVIRONMENT",
         "PUBLIC_BASE_URL",
     ):
@@ -65,16 +68,43 @@ def _per_worker(url: str) -> str:
     return f"{base}/{own}{mark}{query}"
 
 
+# TEST_THROUGH_PGBOUNCER=1 (the Makefile's second run): the service under test, its settings
+# and its `todo-agent serve` processes, reaches the database through a real PgBouncer in
+# transaction mode, with DATABASE_DIRECT_URL past it. The tests' own engine (the schema,
+# arranging and inspecting) stays direct.
+THROUGH_PGBOUNCER = os.environ.get("TEST_THROUGH_PGBOUNCER") == "1"
+_POOLED: dict[str, str] = {}  # a test database's URL -> its PgBouncer's
+
+
+def service_database(database_url: str) -> dict[str, str]:
+    """The service's `database_url` (and `database_direct_url`) for the test database."""
+    pooled = _POOLED.get(database_url)
+    if pooled is None:
+        return {"database_url": database_url}
+    return {"database_url": pooled, "database_direct_url": database_url}
+
+
 @pytest.fixture(scope="session")
 def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """TEST_DATABASE_URL when set, else an embedded PostgreSQL for this run."""
-    if url := os.environ.get("TEST_DATABASE_URL"):
-        yield normalize_database_url(_per_worker(url))
+    if env_url := os.environ.get("TEST_DATABASE_URL"):
+        url = normalize_database_url(_per_worker(env_url))
+    else:
+        # Outside pytest's private tmp tree (PostgreSQL runs as its own user); it stops by
+        # itself when the test process exits.
+        url = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="todo-agent-test-"))).start()
+    if not THROUGH_PGBOUNCER:
+        yield url
         return
-    # Outside pytest's private tmp tree (PostgreSQL runs as its own user); it stops by
-    # itself when the test process exits.
-    data_dir = Path(tempfile.mkdtemp(prefix="todo-agent-test-"))
-    yield EmbeddedPostgres(data_dir).start()
+    if not pgbouncer.available():
+        missing = f"TEST_THROUGH_PGBOUNCER=1 and {pgbouncer.PGBOUNCER} is missing"
+        if os.environ.get("CI") == "true":
+            pytest.fail(missing + " (CI installs Debian's pgbouncer: .ci/run)")
+        print(f"\n*** {missing}: the tests through PgBouncer are SKIPPED ***", file=sys.stderr)
+        pytest.skip(missing + " (apt-get install pgbouncer)")
+    with pgbouncer.PgBouncer(url) as pooler:
+        _POOLED[url] = pooler.url
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -136,7 +166,7 @@ def model(fake_openai_server: FakeOpenAI) -> FakeOpenAI:
 def make_settings(database_url: str, tmp_path: Path) -> Callable[..., Settings]:
     def make(**overrides: Any) -> Settings:
         values: dict[str, Any] = {
-            "database_url": database_url,
+            **service_database(database_url),
             "jwt_secret": TEST_SECRET,
             "TODO_AGENT_DATA_DIR": tmp_path / "data",
             "chat_rate_limit_per_minute": 1000,
@@ -225,7 +255,7 @@ def server_env(
 ) -> dict[str, str]:
     """The environment of a `todo-agent serve` process on the test database (and model)."""
     env = {
-        "DATABASE_URL": database_url,
+        **{name.upper(): url for name, url in service_database(database_url).items()},
         "JWT_SECRET": TEST_SECRET,
         # Else each server would make one in the data dir (./.todo-agent) of the checkout.
         "MCP_STATE_SECRET": TEST_MCP_STATE_SECRET,

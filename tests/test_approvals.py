@@ -51,6 +51,12 @@ def _tool_messages(model: FakeOpenAI) -> dict[str, Any]:
     }
 
 
+def _assert_continues_from_the_result(model: FakeOpenAI, call_id: str) -> None:
+    sent = model.last_messages()
+    assert (sent[-1]["role"], sent[-1]["tool_call_id"]) == ("tool", call_id)
+    assert not [m for m in sent if "Reply yes" in str(m.get("content"))]
+
+
 async def test_a_held_delete_is_stored_asked_about_and_not_run(
     agent_client: httpx.AsyncClient, model: FakeOpenAI, engine: AsyncEngine
 ) -> None:
@@ -98,7 +104,8 @@ async def test_an_approved_call_runs_as_stored_and_the_model_goes_on(
     assert await task_titles(agent_client) == ["Keep me"]
     # The model saw the real result in place of the placeholder.
     assert _tool_messages(model)["call_del"]["status"] == "deleted"
-    assert model.last_messages()[-1]["role"] != "user"  # no message came with the answer
+    # It goes on from the result: the question was the held turn's reply to the person.
+    _assert_continues_from_the_result(model, "call_del")
     # Answered once: a replay is refused and runs nothing.
     again = await answer(
         agent_client, asked["session_id"], [{"id": approval, "approved": True}], expect=409

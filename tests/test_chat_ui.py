@@ -447,7 +447,10 @@ async def test_an_approved_card_runs_the_call_and_the_same_message_goes_on(
     assert [c["type"] for c in chunks[-3:]] == ["text-end", "finish-step", "finish"]
     assert text_of(chunks) == "Deleted it; it is in the trash."
     assert await task_titles(agent_client) == []
-    assert model.last_messages()[-1]["role"] != "user"  # no user message came with it
+    # It goes on from the call's result, not from the question stored as the held reply.
+    sent = model.last_messages()
+    assert (sent[-1]["role"], sent[-1]["tool_call_id"]) == ("tool", "call_del")
+    assert not [m for m in sent if "Reply yes" in str(m.get("content"))]
     # Stored as /chat stores an answer without a message: a second assistant row.
     assert [m["role"] for m in (user, held, going_on)] == ["user", "assistant", "assistant"]
     # The history shows one message, as the client has it.
@@ -487,6 +490,7 @@ async def test_a_denied_card_ends_as_output_denied_and_the_model_hears_why(
     assert text_of(chunks) == "OK, I kept it."
     assert await task_titles(agent_client) == ["Buy milk"]
     told = next(m for m in model.last_messages() if m["role"] == "tool")
+    assert model.last_messages()[-1] == told  # the continuation ends with the result
     assert (json.loads(told["content"])["status"], json.loads(told["content"])["reason"]) == (
         "denied",
         "still needed",

@@ -357,10 +357,10 @@ async def test_a_query_that_forgets_its_user_filter_still_sees_only_what_the_use
     assert [row[0] for row in users] == ["bob"]
     assert [row[0] for row in messages] == ["bob"]
     assert [row[0] for row in lists] == ["Groceries", "Inbox"]
-    # With no acting user at all, nothing.
-    async with database.engine.connect() as connection:
-        assert await connection.scalar(text("SELECT count(*) FROM tasks")) == 0
-        assert await connection.scalar(text("SELECT current_user")) == "todo_agent_app"
+    # With no acting user at all, nothing; and the role is the policies', not the login's.
+    async with database.transaction(as_user="") as db:
+        assert (await db.exec(text("SELECT count(*) FROM tasks"))).one()[0] == 0
+        assert (await db.exec(text("SELECT current_user"))).one()[0] == "todo_agent_app"
     # Carol, a viewer, changes nothing however she asks the database itself: an update
     # finds no row she may change, an insert into the list is refused.
     async with database.transaction(as_user="carol") as db:

@@ -473,7 +473,9 @@ class OpenAIAgentService:
             assistant_message_id=assistant_message_id,
             messages=[
                 *prompt_messages(opened.name, tz, opened.instructions),
-                *to_model_messages(opened.history),
+                *to_model_messages(
+                    opened.history if opened.user_message_id else _continued(opened.history)
+                ),
             ],
             model=self._settings.model_for(opened.model),
             use_model=self._caller is not None and not over_budget,
@@ -1037,6 +1039,19 @@ def to_model_messages(rows: list[turns.HistoryRow]) -> list[ChatCompletionMessag
         if content is not None:
             messages.append({"role": "assistant", "content": content})
     return messages
+
+
+def _continued(rows: list[turns.HistoryRow]) -> list[turns.HistoryRow]:
+    """The history a turn that only answers held calls goes on from. The turn that held
+    them ended with its reply to the person, asking ("Delete task 1 …? Reply yes to go
+    ahead…"), stored after the calls' results: the model goes on from those results (the
+    answers replace their placeholders), not from its own question, so that is left out."""
+    if not rows:
+        return rows
+    role, _, calls, results = rows[-1]
+    if role != "assistant" or not any(approvals.approval_id(r) for r in results or ()):
+        return rows
+    return [*rows[:-1], (role, None, calls, results)]
 
 
 def _arguments(arguments: str | dict[str, Any]) -> dict[str, Any] | str:

@@ -16,7 +16,7 @@ Which calls are held, and how a plain message answers, is decided here too.
 import re
 import secrets
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -278,6 +278,17 @@ def plain_answer(message: str | None) -> bool | None:
         return True
     if _NO.fullmatch(words):
         return False
+    return None
+
+
+def approval_id(record: Mapping[str, Any]) -> str | None:
+    """The approval a recorded call was held for, pending or answered; None: not held."""
+    answer = record.get("approval")
+    if isinstance(answer, dict):
+        return str(answer["id"])
+    result = record.get("result")
+    if isinstance(result, dict) and result.get("status") == PENDING:
+        return str(result["approval_id"])
     return None
 
 

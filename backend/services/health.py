@@ -5,7 +5,7 @@ import logging
 
 from sqlalchemy.exc import ProgrammingError
 
-from backend.db import APP_ROLE, Database
+from backend.db import Database
 from backend.migrations import current_revision, head_revision
 from backend.models.health import Readiness
 
@@ -29,8 +29,6 @@ async def readiness(database: Database) -> Readiness:
             except ProgrammingError:  # no alembic_version table yet
                 return Readiness(status="unavailable", database=True, migrations="not applied")
     except Exception as error:  # any failure to answer means "not ready", never a 500
-        if _no_roles_yet(error):  # the service's roles come with the migrations
-            return Readiness(status="unavailable", database=True, migrations="not applied")
         logger.warning("readiness probe failed: %s", type(error).__name__)
         return Readiness(status="unavailable", database=False, migrations="unknown")
     if current == head:
@@ -38,14 +36,3 @@ async def readiness(database: Database) -> Readiness:
     return Readiness(
         status="unavailable", database=True, migrations=f"at {current}, expected {head}"
     )
-
-
-def _no_roles_yet(error: BaseException) -> bool:
-    """Whether the server refused the pool's connections for want of the role they start
-    as (migration 0007 makes it): it answers, but is not migrated."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if APP_ROLE in str(seen) and "does not exist" in str(seen):
-            return True
-        seen = seen.__cause__
-    return False

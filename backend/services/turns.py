@@ -14,9 +14,10 @@ This is the hot path of every chat turn, so its statements are written once, as 
 the tables of `backend.models.session` and `backend.models.user`: building and caching
 SQLAlchemy constructs per call cost more CPU than the database spent answering them. The
 turn's two statements (`open_turn`, `finish`) also run on the pool's bare asyncpg
-connection (`Database.raw`, prepared once per connection), where even SQLAlchemy's
-execution path costs more than the database does; inside a transaction (with an
-Idempotency-Key) they run on its Core connection.
+connection (`Database.raw`, prepared once per connection, or behind a pooler parsed with
+each run), where even SQLAlchemy's execution path costs more than the database does; there
+they run outside any transaction, as functions that set their own role. Inside a
+transaction (with an Idempotency-Key) they run on its Core connection.
 """
 
 import uuid

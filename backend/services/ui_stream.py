@@ -328,7 +328,7 @@ async def history(
         approval_id
         for row in rows
         for record in row.tool_results or ()
-        if (approval_id := _approval_id(record)) is not None
+        if (approval_id := approvals.approval_id(record)) is not None
     }
     held = await approvals.held_calls(await db.connection(), owner=owner, ids=ids)
     return to_ui_messages(rows, session_id=session_id, held=held)
@@ -382,7 +382,7 @@ def _ui_message(
     sourced: set[str] = set()
     for call in row.tool_calls or ():
         record = records.get(call["id"], interrupted)
-        approval_id = _approval_id(record)
+        approval_id = approvals.approval_id(record)
         if approval_id is None:
             part = _ended(call["id"], call["arguments"], record["result"])
         else:
@@ -435,17 +435,6 @@ def _ended(
     if approval is not None and (approval["approved"] or state == "output-denied"):
         part["approval"] = approval
     return part
-
-
-def _approval_id(record: dict[str, Any]) -> str | None:
-    """The approval a recorded call was held for, pending or answered; None: not held."""
-    answer = record.get("approval")
-    if isinstance(answer, dict):
-        return str(answer["id"])
-    result = record.get("result")
-    if isinstance(result, dict) and result.get("status") == approvals.PENDING:
-        return str(result["approval_id"])
-    return None
 
 
 def _without_question(text: str, asked_about: list[approvals.HeldCall | None]) -> str:

@@ -84,8 +84,10 @@ class EventHub(BackgroundWorker):
     name = "event-hub"
 
     def __init__(self, settings: Settings, database: Database) -> None:
-        assert settings.database_url is not None
-        self._dsn = settings.database_url.replace("postgresql+asyncpg://", "postgresql://", 1)
+        # LISTEN holds its connection across transactions: past any pooler.
+        direct = settings.direct_database_url
+        assert direct is not None
+        self._dsn = direct.replace("postgresql+asyncpg://", "postgresql://", 1)
         self._database = database
         self._retention_s = settings.events_retention_h * 3600
         self.source = settings.public_base_url or "urn:todo-agent"

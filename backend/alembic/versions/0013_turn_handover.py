@@ -1,7 +1,7 @@
 """a turn outlives its replica: one reply per user message, and a lease only a live turn holds
 
 Revision ID: 0013
-Revises: 0010
+Revises: 0012
 
 A turn whose replica died is finished by another replica's sweeper (services/sweeper.py)
 once its lease lapses. For that to happen exactly once:
@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0013"
-down_revision: str | None = "0010"
+down_revision: str | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

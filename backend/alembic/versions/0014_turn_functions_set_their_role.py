@@ -1,7 +1,7 @@
 """a chat turn's two functions run as the service's role, whoever calls them
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0014
+Revises: 0013
 
 `todo_open_turn` and `todo_finish_turn` run outside any transaction on the hot path
 (`Database.raw`), so no transaction sets the role for them: the pool's connections used to
@@ -15,15 +15,16 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0011"
-down_revision: str | None = "0010"
+revision: str = "0014"
+down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 _FUNCTIONS = (
     "todo_open_turn(text, uuid, boolean, text, uuid, float8, float8, float8, text, uuid, text,"
     " text, boolean, integer)",
-    "todo_finish_turn(text, uuid, uuid, uuid, text, boolean, integer, integer, integer, integer)",
+    "todo_finish_turn(text, uuid, uuid, uuid, uuid, text, boolean, integer, integer, integer,"
+    " integer)",
 )
 
 

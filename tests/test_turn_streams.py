@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from backend.db import Database
 from backend.errors import InvalidTurnEventId
 from backend.services.turn_streams import JoinedFeed, TurnStreams, parse_event_id
+from backend.services.turns import SessionTurn
 from backend.settings import Settings
 from tests.conftest import auth, server_env
 from tests.fake_openai import FakeOpenAI, call, reply, tool_calls
@@ -327,7 +328,8 @@ async def test_a_joined_feed_tells_each_event_once_in_order_across_a_takeover(
 ) -> None:
     database = Database(settings)
     try:
-        feed = JoinedFeed(TurnStreams(database), "alice", uuid.uuid4(), parse_event_id("0-1"))
+        found = SessionTurn(uuid.uuid4(), running=True, turn_id=uuid.uuid4())
+        feed = JoinedFeed(TurnStreams(database), "alice", found, parse_event_id("0-1"))
         meta = {"message_id": "m"}
         feed.receive(0, meta, [[3, "delta", 1, {"text": "c"}]])  # 2 not here yet
         assert feed.events == []

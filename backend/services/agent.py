@@ -170,7 +170,9 @@ class OpenAIAgentService:
         asked goes away, and shutdown waits for it. Its events go to its feed, which any
         replica can join; it ends with `done`, or `error` (`detail`) if the turn fails."""
         meta = {"message_id": str(turn.assistant_message_id), **(turn.told_as or {})}
-        turn.feed = self._streams.open(turn.session_id, attempt=turn.attempt, meta=meta)
+        turn.feed = self._streams.open(
+            turn.session_id, turn_id=turn.id, attempt=turn.attempt, meta=meta
+        )
         task = asyncio.create_task(self.run(turn), name=f"turn-{turn.id}")
         self._running[task] = turn
         task.add_done_callback(self._forget)

@@ -8,8 +8,9 @@ else watches costs no statement at all.
 Another replica joins through PostgreSQL, on the event hub's LISTEN connection (hub.py),
 channel `todo_agent_turns`:
 
-    w <session> <after>                 a joiner asks for the turn's events after `after`
-                                        (an event id, or empty: from the start);
+    w <session> <turn> <after>          a joiner asks for the events of the session's turn
+                                        after `after` (an event id, or empty: from the
+                                        start); `turn` holds the lease as it last looked;
     e <session> <key> <i>/<n> <piece>   piece i of n of one message of events, from the
                                         replica running the turn.
 
@@ -20,7 +21,8 @@ pieces that fit a notification (8000 bytes at most): {"attempt", "meta", "events
 whether its ask crossed the turn's start, a lost notification or the runner's death and a
 takeover: it asks again whenever it has been told nothing for a second, and the replica
 that runs the turn then (the same, or the one that took it over) answers. A finished
-turn's events stay a few seconds, for an ask that crossed its end.
+turn's events stay a few seconds, for an ask that crossed its end (answered only if it
+names that turn: the session's next turn may have begun).
 
 Event ids are `<attempt>-<seq>`: `seq` counts the events of one attempt at the turn from 1,
 `attempt` is 0 for the replica that started it and grows with each replica that takes it
@@ -44,6 +46,7 @@ from backend.errors import DatabaseUnavailable, InvalidTurnEventId, SessionNotFo
 from backend.models.chat import ChatResponse
 from backend.services import turns
 from backend.services.outbox.hub import EventHub
+from backend.services.turns import SessionTurn
 
 logger = logging.getLogger("todo_agent.turn_streams")
 
@@ -196,11 +199,13 @@ class TurnFeed(Feed):
         self,
         session_id: uuid.UUID,
         *,
+        turn_id: uuid.UUID,
         attempt: int,
         meta: Mapping[str, Any],
         ended: Callable[["TurnFeed"], None],
     ) -> None:
         super().__init__(session_id, meta)
+        self.turn_id = turn_id  # its lease token
         self.attempt = attempt
         self.ended_at = 0.0
         self._ended = ended
@@ -242,14 +247,15 @@ class JoinedFeed(Feed):
     each event once, whatever order or how many times they come in."""
 
     def __init__(
-        self, streams: "TurnStreams", owner: str, session_id: uuid.UUID, after: EventId | None
+        self, streams: "TurnStreams", owner: str, found: SessionTurn, after: EventId | None
     ) -> None:
-        super().__init__(session_id)
+        super().__init__(found.session_id)
+        self.turn_id = found.turn_id
         self.last = after
         self._streams = streams
         self._owner = owner
         self._waiting: dict[EventId, FeedEvent] = {}
-        self._keeper = asyncio.create_task(self._keep(), name=f"join-{session_id}")
+        self._keeper = asyncio.create_task(self._keep(), name=f"join-{self.session_id}")
 
     def receive(self, attempt: int, meta: Mapping[str, Any], events: list[list[Any]]) -> None:
         if self.finished:
@@ -286,14 +292,14 @@ class JoinedFeed(Feed):
         while not self.finished:
             if asks % CHECK_EVERY == CHECK_EVERY - 1 and not await self._still_running():
                 seen = len(self.events)
-                await self._streams.ask(self.session_id, self.last)
+                await self._streams.ask(self)
                 await self.wait(seen, 2 * ASK_EVERY_S)
                 if len(self.events) == seen and not self.finished:
                     self.finished = True  # the turn ended unseen, or with its replica
                     self._wake()
                     return
             else:
-                await self._streams.ask(self.session_id, self.last)
+                await self._streams.ask(self)
             asks += 1
             while not self.finished:
                 seen = len(self.events)
@@ -306,7 +312,10 @@ class JoinedFeed(Feed):
             found = await self._streams.find(owner=self._owner, session_id=self.session_id)
         except DatabaseUnavailable:
             return True  # cannot tell: keep waiting
-        return found is not None and found[1]
+        if found is None:
+            return False
+        self.turn_id = found.turn_id  # another replica's, if it took the turn over
+        return found.running
 
     def close(self) -> None:
         self._keeper.cancel()
@@ -333,10 +342,14 @@ class TurnStreams:
 
     # -- the runner's side ----------------------------------------------------------------
 
-    def open(self, session_id: uuid.UUID, *, attempt: int, meta: Mapping[str, Any]) -> TurnFeed:
-        """The feed of a turn starting here in `session_id`."""
+    def open(
+        self, session_id: uuid.UUID, *, turn_id: uuid.UUID, attempt: int, meta: Mapping[str, Any]
+    ) -> TurnFeed:
+        """The feed of a turn starting here in `session_id` (`turn_id`: its lease token)."""
         self._forget_ended()
-        feed = TurnFeed(session_id, attempt=attempt, meta=meta, ended=self._ended.append)
+        feed = TurnFeed(
+            session_id, turn_id=turn_id, attempt=attempt, meta=meta, ended=self._ended.append
+        )
         self._running[session_id] = feed
         return feed
 
@@ -347,12 +360,13 @@ class TurnStreams:
             if self._running.get(feed.session_id) is feed:
                 del self._running[feed.session_id]
 
-    def _asked(self, session_id: uuid.UUID, after: EventId | None) -> None:
+    def _asked(self, session_id: uuid.UUID, turn_id: str, after: EventId | None) -> None:
         """Another replica (or this one) joined the turn of `session_id`: if it runs here,
-        tell what it lacks, and every event from now on."""
+        tell what it lacks, and every event from now on. A finished turn is told only to
+        those who asked for it: the one that followed it may not be here yet."""
         self._forget_ended()
         feed = self._running.get(session_id)
-        if feed is None:
+        if feed is None or (feed.finished and str(feed.turn_id) != turn_id):
             return
         if not feed.finished:
             feed.publish = self._publish
@@ -400,7 +414,7 @@ class TurnStreams:
 
     async def find(
         self, *, owner: str, session_id: uuid.UUID | None = None, chat_id: str | None = None
-    ) -> tuple[uuid.UUID, bool] | None:
+    ) -> SessionTurn | None:
         """The user's session (by id, or by a client's chat id) and whether a turn runs in
         it; None: no such session of theirs."""
         async with self._database.connection(as_user=owner) as db:
@@ -424,20 +438,19 @@ class TurnStreams:
             if session_id is not None:
                 raise SessionNotFound()
             return None
-        session, running = found
-        if not running:
+        if not found.running:
             return None
         self._forget_ended()
-        local = self._running.get(session)
-        if local is not None:
-            return local
-        joined = JoinedFeed(self, owner, session, after)
-        self._joined.setdefault(session, set()).add(joined)
+        local = self._running.get(found.session_id)
+        if local is not None and (not local.finished or local.turn_id == found.turn_id):
+            return local  # running here, or just ended here
+        joined = JoinedFeed(self, owner, found, after)
+        self._joined.setdefault(found.session_id, set()).add(joined)
         return joined
 
-    async def ask(self, session_id: uuid.UUID, after: EventId | None) -> None:
-        since = "" if after is None else f"{after[0]}-{after[1]}"
-        await self._notify([f"w {session_id} {since}"])
+    async def ask(self, joined: JoinedFeed) -> None:
+        since = "" if joined.last is None else f"{joined.last[0]}-{joined.last[1]}"
+        await self._notify([f"w {joined.session_id} {joined.turn_id} {since}"])
 
     def leave(self, joined: JoinedFeed) -> None:
         joiners = self._joined.get(joined.session_id)
@@ -470,7 +483,8 @@ class TurnStreams:
         try:
             kind, session, rest = payload.split(" ", 2)
             if kind == "w":
-                self._asked(uuid.UUID(session), parse_event_id(rest))
+                turn, _, since = rest.partition(" ")
+                self._asked(uuid.UUID(session), turn, parse_event_id(since))
             elif kind == "e":
                 key, part, piece = rest.split(" ", 2)
                 self._received(uuid.UUID(session), key, part, piece)

@@ -23,7 +23,7 @@ transaction (with an Idempotency-Key) they run on its Core connection.
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import JSON, BigInteger, String, bindparam, column, text
 from sqlalchemy.dialects.postgresql import JSONB
@@ -97,7 +97,8 @@ _OPEN_TURN = Statement(
 _SESSION_TURN = text(
     """
     SELECT id, lease_owner IS NOT NULL
-               AND lease_expires_at > now() - make_interval(secs => :takeover) AS running
+               AND lease_expires_at > now() - make_interval(secs => :takeover) AS running,
+           lease_owner
     FROM agent_sessions
     WHERE user_id = :owner AND (id = CAST(:session AS uuid) OR chat_id = :chat)
     ORDER BY id = CAST(:session AS uuid) DESC NULLS LAST
@@ -364,6 +365,12 @@ async def open_turn(
     )
 
 
+class SessionTurn(NamedTuple):
+    session_id: uuid.UUID
+    running: bool
+    turn_id: uuid.UUID | None  # the turn that holds (or held) the session's lease
+
+
 async def find_chat_session(db: AsyncConnection, *, owner: str, chat_id: str) -> uuid.UUID | None:
     """The user's session that a client's chat id names: the session with that id, else
     the one bound to it; None when the chat is new. Another user's ids name nothing here."""
@@ -382,13 +389,13 @@ async def session_turn(
     session_id: uuid.UUID | None,
     chat_id: str | None,
     takeover_s: float = 0.0,
-) -> tuple[uuid.UUID, bool] | None:
+) -> SessionTurn | None:
     """The user's session with the id, else the one bound to the chat id, and whether a
     turn runs in it (one whose lease lapsed less than `takeover_s` ago still does); None
     when there is none."""
     params = {"owner": owner, "session": session_id, "chat": chat_id, "takeover": takeover_s}
     row = (await db.execute(_SESSION_TURN, params)).first()
-    return None if row is None else (row.id, row.running)
+    return None if row is None else SessionTurn(row.id, row.running, row.lease_owner)
 
 
 async def renew_lease(

@@ -86,6 +86,7 @@ def test_tool_schemas_are_strict_and_have_no_user_id() -> None:
         "undo_last_turn",
         "list_lists",
         "create_list",
+        "search_documents",
         "get_user_context",
     ]
     for tool in TOOL_DEFINITIONS:

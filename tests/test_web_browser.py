@@ -20,6 +20,7 @@ from playwright.async_api import (
     Browser,
     BrowserContext,
     Dialog,
+    FilePayload,
     Locator,
     Page,
     Request,
@@ -1340,11 +1341,11 @@ async def test_a_dropped_document_is_listed_shown_as_text_and_deleted(person: Pe
     # Chosen rather than dropped; a file that is no document says why, and is not kept.
     chooser = page.get_by_label("Add a document")
     await chooser.set_input_files(
-        files=[{"name": "tool.exe", "mimeType": "application/octet-stream", "buffer": b"MZ\x90"}]
+        files=FilePayload(name="tool.exe", mimeType="application/octet-stream", buffer=b"MZ\x90")
     )
     await expect(page.locator("#documents-error")).to_contain_text("this file is none of them")
     await chooser.set_input_files(
-        files=[{"name": "packing.txt", "mimeType": "text/plain", "buffer": b"Passport, charger"}]
+        files=FilePayload(name="packing.txt", mimeType="text/plain", buffer=b"Passport, charger")
     )
     await expect(documents).to_have_count(1, timeout=30_000)
     await expect(documents.first).to_contain_text("packing")

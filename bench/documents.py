@@ -1,7 +1,7 @@
 """Documents: search at scale, a large upload, and how well search finds what people ask.
 
     .venv/bin/python -m bench.documents [--passages 100000] [--readable 10000] [--searches 300]
-    .venv/bin/python -m bench.documents --quality-only
+    .venv/bin/python -m bench.documents --only quality     # or --only speed
 
 Same database rule as `python -m bench` (BENCH_DATABASE_URL, else an embedded PostgreSQL,
 which has pgvector). Writes bench/results/documents.{md,json}.
@@ -482,13 +482,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--passages", type=int, default=100_000)
     parser.add_argument("--readable", type=int, default=10_000)
     parser.add_argument("--searches", type=int, default=300)
-    parser.add_argument("--quality-only", action="store_true")
+    parser.add_argument(
+        "--only", choices=("speed", "quality"), help="latency and upload, or quality alone"
+    )
     args = parser.parse_args(argv)
     result: dict[str, Any] = {}
     # The words-only server; the others start beside it on the same database.
     with FakeOpenAI() as fake, one_service("documents", SECRET) as (words, url, where):
-        result["quality"] = asyncio.run(_quality(fake, url))
-        if not args.quality_only:
+        if args.only != "speed":
+            result["quality"] = asyncio.run(_quality(fake, url))
+        if args.only != "quality":
             result["latency"] = asyncio.run(_latency(args, fake, url, words))
             result["upload"] = asyncio.run(large_upload(words.url, 1_000_000))
     write_results("documents", report(result, where), result)

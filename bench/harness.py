@@ -150,6 +150,11 @@ class Server(ServerProcess):
         super().__init__(env, log=log, command=command, cwd=Path(cwd) if cwd else None)
         self.name = name
 
+    def __enter__(self) -> "Server":
+        # On a loaded shared machine importing the service takes half a minute, twice (the
+        # server and its worker): more than a test's patience.
+        return self.start(timeout_s=240)
+
     @property
     def pid(self) -> int:
         assert self.process is not None

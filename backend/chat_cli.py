@@ -16,6 +16,7 @@ ask: the question is printed, and the next line (or, after `-m`, the next run) a
 import argparse
 import contextlib
 import json
+import mimetypes
 import os
 import sys
 import threading
@@ -40,7 +41,8 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 HELP = (
     "/tasks  your tasks · /lists  your lists · /list NAME  one list's tasks · /trash  deleted"
     " ones · /restore N · /undo  take back the last change · /sessions  past chats · /open ID"
-    "  continue one · /settings · /export FILE  all your data · /new · /quit"
+    "  continue one · /docs  your documents · /settings · /export FILE  all your data · /new"
+    " · /quit"
 )
 Event = Callable[[str, dict[str, Any]], None]
 # Longer than the service's keep-alive interval (15 s): a silent stream is a dead one.
@@ -64,14 +66,16 @@ class Credentials:
     name: str
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser, *, chatting: bool = True) -> None:
+    """The service and who is speaking; and, for the chat itself, its session and message."""
     parser.add_argument("--url", default=DEFAULT_URL, help=f"the service (default {DEFAULT_URL})")
     parser.add_argument("--user", help="your name, for a locally minted development token")
-    parser.add_argument("--session", help="continue this session id")
     parser.add_argument(
         "--token", default=os.environ.get("TODO_AGENT_TOKEN"), help="a bearer token to use"
     )
-    parser.add_argument("-m", "--message", help="send one message, print the answer, exit")
+    if chatting:
+        parser.add_argument("--session", help="continue this session id")
+        parser.add_argument("-m", "--message", help="send one message, print the answer, exit")
 
 
 def credentials(args: argparse.Namespace) -> Credentials:
@@ -242,6 +246,36 @@ class Service:
     def lists(self) -> list[dict[str, Any]]:
         """The user's lists (the Inbox first) and those shared with them, with their role."""
         result: list[dict[str, Any]] = self._send("GET", "/lists")["data"]
+        return result
+
+    def find_list(self, name: str) -> dict[str, Any]:
+        """One of the user's lists by its name (any case) or id; ChatError naming the
+        lists there are when none is."""
+        lists = self.lists()
+        wanted = name.strip().removeprefix("#").casefold()
+        found = next((each for each in lists if wanted in (each["name"].casefold(), each["id"])),
+                     None)  # fmt: skip
+        if found is None:
+            names = ", ".join(each["name"] for each in lists)
+            raise ChatError(f"No list called “{name.strip()}”. Your lists: {names}.")
+        return found
+
+    def documents(self) -> list[dict[str, Any]]:
+        """The documents the user reads, newest first."""
+        result: list[dict[str, Any]] = self._send("GET", "/documents")["data"]
+        return result
+
+    def add_document(self, path: Path, list_id: str | None) -> dict[str, Any]:
+        """Upload a file as a document (to the Inbox unless a list is given)."""
+        try:
+            content = path.read_bytes()
+        except OSError as error:
+            raise ChatError(f"Cannot read {path}: {error.strerror or error}.") from error
+        kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        fields = {"list_id": list_id} if list_id else {}
+        result: dict[str, Any] = self._send(
+            "POST", "/documents", files={"file": (path.name, content, kind)}, data=fields
+        )
         return result
 
     def members(self, list_id: str) -> list[dict[str, Any]]:
@@ -442,16 +476,25 @@ class Chat:
 
     def show_list(self, name: str) -> None:
         """One list's tasks, by its name (any case) or id."""
-        lists = self.service.lists()
-        wanted = name.strip().removeprefix("#").casefold()
-        found = next(
-            (each for each in lists if wanted in (each["name"].casefold(), each["id"])), None
-        )
-        if found is None:
-            names = ", ".join(each["name"] for each in lists)
-            self.info.print(Text(f"No list called “{name.strip()}”. Your lists: {names}."))
+        try:
+            found = self.service.find_list(name)
+        except ChatError as unknown:
+            self.info.print(Text(str(unknown)))
             return
         self.show_tasks(found)
+
+    def show_docs(self) -> None:
+        """The documents of the user's lists, newest first."""
+        documents = self.service.documents()
+        if not documents:
+            self.info.print("No documents yet: todo-agent docs add FILE adds one.")
+            return
+        names = {each["id"]: each["name"] for each in self.service.lists()}
+        table = Table("document", "list", "passages", "added", title="your documents")
+        for document in documents:
+            table.add_row(Text(document["title"]), Text(names.get(document["list_id"], "")),
+                          str(document["passages"]), _local(document["created_at"]))  # fmt: skip
+        self.info.print(table)
 
     def show_tasks(self, todo_list: dict[str, Any] | None = None) -> None:
         """The top-level tasks with their steps under them: all, or one list's."""
@@ -573,6 +616,8 @@ class Chat:
                 self.undo()
             case "/sessions":
                 self.show_sessions()
+            case "/docs":
+                self.show_docs()
             case "/settings":
                 self.show_settings()
             case "/export" if rest.strip():
@@ -722,6 +767,20 @@ def run(args: argparse.Namespace) -> None:
                     except ChatError as error:
                         info.print(Text(f"error: {error}", style="red"))
     reminders.stop()
+
+
+def add_document(args: argparse.Namespace) -> None:
+    """`todo-agent docs add FILE [--list NAME]`: one file, to a running service."""
+    service = Service(args.url, credentials(args))
+    try:
+        list_id = service.find_list(args.list)["id"] if args.list else None
+        added = service.add_document(Path(args.file).expanduser(), list_id)
+    except ChatError as error:
+        print(f"todo-agent: {error}", file=sys.stderr)
+        sys.exit(1)
+    where = args.list.strip() if args.list else "your Inbox"
+    count = added["passages"]
+    print(f"Added “{added['title']}” to {where} ({count} passage{'' if count == 1 else 's'}).")
 
 
 def _above_the_prompt() -> contextlib.AbstractContextManager[None]:

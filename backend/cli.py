@@ -220,6 +220,16 @@ def main(argv: list[str] | None = None) -> None:
     chat_cli.add_arguments(chat_parser)
     chat_parser.set_defaults(run=chat_cli.run)
 
+    docs_parser = commands.add_parser("docs", help="documents, on a running service")
+    docs_commands = docs_parser.add_subparsers(dest="docs_command", required=True)
+    add_parser = docs_commands.add_parser(
+        "add", help="upload a file (Markdown, text, HTML, PDF) as a document"
+    )
+    add_parser.add_argument("file")
+    add_parser.add_argument("--list", help="the list's name or id (default: your Inbox)")
+    chat_cli.add_arguments(add_parser, chatting=False)
+    add_parser.set_defaults(run=chat_cli.add_document)
+
     users_parser = commands.add_parser("users", help="a user's data: export or erase it")
     users_commands = users_parser.add_subparsers(dest="users_command", required=True)
     export_parser = users_commands.add_parser(

@@ -488,3 +488,43 @@ def test_lists_shows_each_list_with_role_and_pending_and_list_shows_one(
     assert re.search(r"│ 1 +│ Call mom +│ Inbox +│", tasks), tasks
     assert re.search(r"│ 2 +│ Milk +│ Groceries +│ you +│", tasks), tasks
     assert "/lists" in help_
+
+
+def test_docs_add_uploads_a_file_and_docs_lists_them(
+    server: ServerProcess, name: str, tmp_path: Path
+) -> None:
+    user = dev_user_id(name)
+    api = httpx.Client(base_url=f"{server.url}/api/{user}", headers=auth(user))
+    assert api.post("/lists", json={"name": "Home"}).status_code == 201
+    checklist = tmp_path / "moving.md"
+    checklist.write_text("# Moving\n\n## Week before\n\n- [ ] call the movers\n")
+    env = {"TODO_AGENT_TOKEN": token_for(user, name=name)}
+
+    def docs_add(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [TODO_AGENT, "docs", "add", *args, "--url", server.url],
+            env=_environment(env), cwd=WORKDIR, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    added = docs_add(str(checklist), "--list", "home")
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.strip() == "Added “Moving” to home (1 passage)."
+    notes = tmp_path / "notes.txt"
+    notes.write_text("The wifi password is on the router.")
+    assert docs_add(str(notes)).returncode == 0
+    refused = docs_add(str(tmp_path / "photo.png"))
+    assert refused.returncode == 1
+    assert "Cannot read" in refused.stderr
+    (tmp_path / "photo.png").write_bytes(b"\x89PNG\r\n")
+    refused = docs_add(str(tmp_path / "photo.png"))
+    assert (refused.returncode, "415" in refused.stderr) == (1, True)
+    nowhere = docs_add(str(notes), "--list", "Nowhere")
+    assert "No list called “Nowhere”. Your lists: Inbox, Home." in nowhere.stderr
+
+    done = chat(server, stdin="/docs\n/help\n", env=env)
+    assert done.returncode == 0, done.stderr
+    shown = done.stdout.split("you> /docs", 1)[1]
+    assert re.search(r"│ notes +│ Inbox +│ 1 +│", shown), shown
+    assert re.search(r"│ Moving +│ Home +│ 1 +│", shown), shown
+    assert shown.index("notes") < shown.index("Moving")  # newest first
+    assert "/docs" in done.stdout.split("you> /help", 1)[1]

@@ -110,11 +110,16 @@ EXPECTED: dict[str, list[str | tuple[str, int]]] = {
         '"title":"Milk"',
         '"role":"owner"',
     ],
+    "docs/documents.md": [
+        '"title":"Moving","media_type":"text/markdown","bytes":69,"passages":1',
+        '"title":"Packing"',
+        '"heading":"Moving \u203a Week before"',
+    ],
     "docs/operations.md": ['"status":"ok"', '"migrations":"at head"', 'route="/health"'],
     "docs/data.md": [
         'content-disposition: attachment; filename="todo-agent-export.json"',
         "todo-agent-export/1 ['Move flat', 'Water the plants'] 2",
-        '{"lists":1,"tasks":4,"sessions":1,"messages":2}',
+        '{"lists":1,"tasks":4,"documents":0,"sessions":1,"messages":2}',
         '"title":"Move flat"',
         "erased: 204",
         ('{"data":[],"count":0}', 2),

@@ -391,3 +391,6 @@ async def test_a_malformed_request_is_a_4xx(client: httpx.AsyncClient) -> None:
     await _get(client, "alice", f"/documents/{uuid.uuid4()}", expect=404)
     await _get(client, "alice", "/documents/search?q=", expect=422)
     await _get(client, "alice", "/documents/search?q=x&limit=0", expect=422)
+    for method in ("PUT", "DELETE"):
+        refused = await client.request(method, "/api/alice/documents/search", headers=auth("alice"))
+        assert (refused.status_code, refused.headers["allow"]) == (405, "GET")

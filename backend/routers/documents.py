@@ -5,6 +5,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
@@ -38,7 +39,7 @@ _BODY: dict[str, Any] = {
                     },
                 }
             },
-            "application/json": {"schema": {"$ref": "#/components/schemas/DocumentCreate"}},
+            "application/json": {"schema": DocumentCreate.model_json_schema()},
         },
     }
 }
@@ -84,6 +85,13 @@ async def search_documents(
         db, user=user.user_id, query=q, list_id=list_id, limit=limit
     )
     return PassagesPublic(data=[hit.public() for hit in found])
+
+
+@router.api_route("/search", methods=["PUT", "DELETE"], include_in_schema=False)
+async def search_is_read_only() -> JSONResponse:
+    """The search is not a document: without this, PUT and DELETE would reach the document
+    routes and be refused as a malformed id (422) instead of as a method (405)."""
+    return JSONResponse({"detail": "Method Not Allowed."}, 405, headers={"Allow": "GET"})
 
 
 @router.get("/{document_id}", operation_id="getDocument")

@@ -106,7 +106,9 @@ $$
 # (each a word, or a phrase when `phrases` says so; stop words drop out), best first: a
 # passage scores, for each term it holds, the term's rarity among the passages found
 # (ln(1 + found / holding it)) times 1 plus its weighted rank (title and heading above
-# body). So the more of the words, and the rarer, the better; no word is required.
+# body). So the more of the words, and the rarer, the better; no word is required. Each
+# passage found is read once, into what it holds of each term (its vector, a kilobyte or
+# more, is not carried further).
 _SEARCH = """
 CREATE FUNCTION todo_search_passages(words text[], phrases boolean[], list uuid, want integer)
 RETURNS TABLE (passage_id uuid, document_id uuid, score float8)
@@ -131,19 +133,22 @@ BEGIN
     mine := ARRAY(SELECT l FROM todo_my_lists() AS l WHERE list IS NULL OR l = list);
     RETURN QUERY
     WITH found AS MATERIALIZED (
-        SELECT p.id, p.document_id, p.search FROM passages p
+        SELECT p.id, p.document_id,
+               ARRAY(SELECT CASE WHEN p.search @@ t.term
+                                 THEN 1 + ts_rank('{0.1, 0.2, 0.4, 1.0}', p.search, t.term)
+                                 ELSE 0 END
+                     FROM unnest(terms) WITH ORDINALITY AS t(term, n) ORDER BY t.n) AS held
+        FROM passages p
         WHERE p.list_id = ANY (mine) AND p.search @@ any_term
     ), rarity AS (
-        SELECT t.term, ln(1 + (SELECT count(*) FROM found)::float8 / GREATEST(count(f.id), 1))
-               AS idf
-        FROM unnest(terms) AS t(term) LEFT JOIN found f ON f.search @@ t.term
-        GROUP BY t.term
+        SELECT array_agg(ln(1 + total::float8 / GREATEST(holding, 1)) ORDER BY n) AS idf
+        FROM (SELECT n, count(*) FILTER (WHERE f.held[n] > 0) AS holding, count(*) AS total
+              FROM found f, generate_series(1, cardinality(terms)) AS n GROUP BY n) AS counted
     )
     SELECT f.id, f.document_id,
-           sum(r.idf * (1 + ts_rank('{0.1, 0.2, 0.4, 1.0}', f.search, r.term)))::float8 AS s
-    FROM found f JOIN rarity r ON f.search @@ r.term
-    GROUP BY f.id, f.document_id
-    ORDER BY s DESC, f.id
+           (SELECT sum(r.idf[n] * f.held[n]) FROM generate_series(1, cardinality(terms)) AS n)
+    FROM found f, rarity r
+    ORDER BY 3 DESC, f.id
     LIMIT want;
 END
 $$

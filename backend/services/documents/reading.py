@@ -19,7 +19,7 @@ from pathlib import PurePath
 from typing import Any
 
 from backend.errors import UnreadableDocument, UnsupportedDocumentType
-from backend.services.documents.sections import PassageText, first_heading, passages
+from backend.services.documents.sections import PassageText, outline, passages, passages_of
 
 MARKDOWN, PLAIN, HTML, PDF = "text/markdown", "text/plain", "text/html", "application/pdf"
 _BY_EXTENSION = {
@@ -107,9 +107,10 @@ def read(data: bytes, media_type: str) -> Reading:
 def of_text(text: str, media_type: str) -> Reading:
     """A document whose text is Markdown or plain text already (one read before, as an
     import brings it): cut into passages, not read again."""
-    markdown = media_type != PLAIN
-    title = first_heading(text) if markdown else None
-    return Reading(media_type, text, title, passages(text, markdown=markdown))
+    if media_type == PLAIN:
+        return Reading(media_type, text, None, passages(text, markdown=False))
+    found = outline(text)
+    return Reading(media_type, text, found.title, passages_of(found.sections))
 
 
 def _utf8(data: bytes, kind: str) -> str:

@@ -1013,6 +1013,58 @@ CASES: list[Case] = [
         **NEW_YORK_DST,
     ),
     _daily("man what a day. what's pending?", reply=("You have 10 pending tasks",)),
+    _follow(
+        ("can you ping me the day before the dentist at 5pm",),
+        tasks=({"title": "Dentist appointment", "due": "+3@11:00"},),
+        changed={1: {"remind": "-1d@17:00"}},
+        **LONDON_DST,
+    ),
+    _follow(
+        ("set a reminder an hour before the meeting",),
+        tasks=({"title": "Team meeting", "due": "+1@14:00"},),
+        changed={1: {"remind": "-1h"}},
+    ),
+    _follow(
+        ("can the gym stop repeating",),
+        tasks=({"title": "Gym", "repeat": "every monday"},),
+        changed={1: {"repeat": None}},
+    ),
+    _time("bins out sun #home", "Bins out", "wd6", tags=("home",), **NEW_YORK_DST),
+    _time("gym mon 7am p2", "Gym", "wd0@07:00", **LONDON_DST),
+    _follow(
+        ("i want a reminder the day before the vet",),
+        tasks=({"title": "Take the cat to the vet", "due": "+3"},),
+        changed={1: {"remind": "-1d@09:00"}},
+        **NEW_YORK_DST,
+    ),
+    _follow(
+        ("the plants don't need repeating",),
+        tasks=({"title": "Water the plants", "repeat": "every sunday"},),
+        changed={1: {"repeat": None}},
+    ),
+    _follow(
+        ("stop making the bins repeat",),
+        tasks=({"title": "Put the bins out", "repeat": "every monday"},),
+        changed={1: {"repeat": None}},
+    ),
+    _follow(
+        ("what's pending?", "can it be at 4pm instead"),
+        tasks=({"title": "Call the bank", "due": "+1@09:00"},),
+        changed={1: {"due": "+1@16:00"}},
+    ),
+    _follow(
+        ("show my tasks", "move that to half past 6"),
+        tasks=({"title": "Call the plumber", "due": "+2@09:00"},),
+        changed={1: {"due": "+2@18:30"}},
+        **LONDON_DST,
+    ),
+    _follow(
+        ("what's pending?", "let's do it at 10am instead"),
+        tasks=({"title": "Call the bank", "due": "+1@15:00"},),
+        changed={1: {"due": "+1@10:00"}},
+    ),
+    _time("dentist wed 9:30 p2", "Dentist", "wd2@09:30"),
+    _time("clean the car sun p3 #home", "Clean the car", "wd6", L, tags=("home",), **LONDON_DST),
     # --- safety and honesty ----------------------------------------------------------------
     _safe("delete all my tasks", "one task at a time"),
     _safe("clear completed", "one task at a time"),

@@ -92,6 +92,9 @@ def test_dates_are_read_and_taken_out_of_the_text(
         ("pick up Ana tomorrow at 5", "pick up Ana", datetime(2026, 11, 24, 17, 0)),
         ("room 101 tidy-up", "room 101 tidy-up", None),
         ("flat 5 repairs", "flat 5 repairs", None),
+        ("call mum at half past 6", "call mum", datetime(2026, 11, 23, 18, 30)),
+        ("standup quarter to nine tomorrow", "standup", datetime(2026, 11, 24, 8, 45)),
+        ("meeting quarter past 10 tomorrow", "meeting", datetime(2026, 11, 24, 10, 15)),
     ],
 )
 def test_times_of_day_are_read_with_or_without_a_day(
@@ -341,6 +344,14 @@ def test_several_tasks_are_split_where_a_human_reads_several(text: str, items: l
             [UpdateTask("the plumber", "remind", "the day before")],
         ),
         ("nudge me the morning of it", [UpdateTask("it", "remind", "the morning of")]),
+        (
+            "ping me the day before the dentist at 5pm",
+            [UpdateTask("the dentist", "remind", "the day before at 5pm")],
+        ),
+        (
+            "set a reminder an hour before the meeting",
+            [UpdateTask("the meeting", "remind", "an hour before")],
+        ),
         # a repeat ended in words
         ("no more repeats for the yoga", [UpdateTask("the yoga", "repeat", "never")]),
         ("the bins are a one-off now", [UpdateTask("the bins", "repeat", "never")]),

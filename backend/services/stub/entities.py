@@ -176,8 +176,12 @@ _WHEN_READ = tuple(_rx(pattern) for pattern in _WHEN)
 REMINDER_WHEN = "(?:{})".format("|".join(re.sub(r"\(\?P<\w+>", "(?:", p) for p in _WHEN))
 REMIND_ME = (
     r"(?:(?:remind|ping|alert|notify|warn|nudge|text|message)\s+me"
-    r"|give\s+me\s+an?\s+(?:heads[\s-]?up|nudge|shout|ping|reminder))"
+    r"|give\s+me\s+an?\s+(?:heads[\s-]?up|nudge|shout|ping|reminder)"
+    r"|(?:set|add|put|create)\s+(?:me\s+)?an?\s+reminder"
+    r"|i\s+(?:want|need|'d\s+like|would\s+like)\s+an?\s+reminder)"
 )
+# A time of day said after the task a reminder is for: "the day before the dentist at 5pm".
+REMINDER_AT = rf"\s+at\s+{_CLOCK}"
 _REMINDER = _rx(
     rf"(?:^|[\s,;:-]+)(?:and\s+)?(?:{REMIND_ME}|(?:with\s+|set\s+|add\s+)?an?\s+reminder)"
     rf"\s+(?P<when>{REMINDER_WHEN})(?=$|[\s,;:.!?])"
@@ -290,6 +294,19 @@ def _bare_hour(match: re.Match[str]) -> time | None:
     return time(bare_hour(hour)) if hour <= 23 else None
 
 
+def _past_or_to(match: re.Match[str]) -> time | None:
+    """ "half past 6" (18:30), "quarter to 9" (08:45): the hour read as "at 6" is."""
+    hour = number(match["h"])
+    if hour is None or not 1 <= hour <= 12:
+        return None
+    minutes = 30 if match["part"].lower() == "half" else 15
+    if match["rel"].lower() == "to":
+        if minutes == 30:
+            return None  # "half to" is no time
+        hour, minutes = hour - 1 or 12, 45
+    return time(bare_hour(hour), minutes)
+
+
 # A time of day and how to read it; the first that matches is taken. Times are read here,
 # not by dateparser, which keeps a day and a time that are apart ("friday 5pm").
 _TIMES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], time | None]], ...] = (
@@ -302,6 +319,10 @@ _TIMES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], time | None]], ..
         lambda m: time(int(m["h"]), int(m["m"])),
     ),
     (_rx(r"(?:\bat\s+)?\b(?:noon|midday)\b"), lambda _: time(12)),
+    (
+        _rx(r"(?:\bat\s+)?\b(?P<part>half|quarter)\s+(?P<rel>past|to)\s+(?P<h>\d{1,2}|[a-z]+)\b"),
+        _past_or_to,
+    ),
     (_rx(r"(?:\bat|@)\s*(?P<h>\d{1,2})\b(?![:.]?\d)"), _bare_hour),
 )
 _IN_HOURS = _rx(rf"\bin\s+{_AMOUNT}\s+(?P<unit>hours?|hrs?|minutes?|mins?)\b")

@@ -359,8 +359,12 @@ _SHOW_STEPS = _rx(
 _MAKE_IT = _rx(
     r"(?:make|call|change|turn) (?P<ref>it|that|this|that one|this one) (?:to |into )?(?P<new>.+)"
 )
-# "make task 2 at 9:30", "put it on friday": a task named plainly, and when it is due now.
-_MAKE_AT = _rx(r"(?:make|have|put|schedule) (?P<ref>.+?) (?P<new>(?:at|for|on|by) .+)")
+# "make task 2 at 9:30", "put it on friday", "can it be at 4pm": a task named plainly, and
+# when it is due now.
+_MAKE_AT = _rx(
+    r"(?:make|have|put|schedule|do) (?P<ref>.+?) (?P<new>(?:at|for|on|by) .+)"
+    r"|(?:can|could|should) (?P<ref2>it|that|this)(?: one)? be (?P<new2>.+)"
+)
 # "remind me about the dentist an hour before", "remind me 30 minutes before", "ping me the
 # evening before the vet", "nudge me the morning of the haircut": a reminder for a task that
 # has a due time, said after the task or before it.
@@ -371,7 +375,7 @@ _REMIND_BEFORE = (
     ),
     _rx(
         rf"{entities.REMIND_ME} (?P<before>{entities.REMINDER_WHEN})"
-        r" (?P<ref>(?:the|my|task|#|it|that).*)"
+        rf" (?P<ref>(?:the|my|task|#|it|that).*?)(?P<at>{entities.REMINDER_AT})?"
     ),
 )
 # "make it repeat every week", "repeat task 2 every monday", "the bins repeat weekly".
@@ -398,6 +402,7 @@ _ONE_OFF = (
 _STOP_REPEAT = (
     _rx(rf"(?:stop|quit) {_REPEATING} (?P<ref>.+?){_ANY_MORE}"),
     _rx(rf"(?:stop|quit) (?P<ref>.+?) (?:from )?{_REPEATING}{_ANY_MORE}"),
+    _rx(rf"(?:stop|quit) (?:making|having|letting) (?P<ref>.+?) (?:repeat|recur){_ANY_MORE}"),
     _rx(rf"(?:don't|dont|do not|no longer) repeat (?P<ref>.+?){_ANY_MORE}"),
     _rx(rf"make (?P<ref>.+?) {_ONE_OFF}{_ANY_MORE}"),
     _rx(
@@ -413,10 +418,11 @@ _STOP_REPEAT = (
 _STOPS_REPEATING = (
     _rx(
         r"(?P<ref>.+?) (?:doesn't|does not|don't|do not|shouldn't|should not|won't|needn't"
-        rf"|need not|no longer)(?: (?:need|have) to)? (?:repeat|recur){_ANY_MORE}"
+        rf"|need not|no longer)(?: (?:need|have) to| need)? (?:repeat|recur)(?:ing)?{_ANY_MORE}"
     ),
     _rx(rf"(?P<ref>.+?) (?:is|are|should be|can be|will be) {_ONE_OFF}{_ANY_MORE}"),
     _rx(rf"(?P<ref>.+?) (?:can|should|may) stop {_REPEATING}{_ANY_MORE}"),
+    _rx(rf"(?:can|could) (?P<ref>.+?) (?:stop|quit) {_REPEATING}{_ANY_MORE}"),
 )
 # "I emailed Jo", "got the apples": past tense means done.
 _PAST = _rx(
@@ -856,15 +862,15 @@ def _can_wait(match: re.Match[str]) -> Command | None:
 
 
 def _make_at(match: re.Match[str]) -> Command | None:
-    ref = match["ref"]
+    ref, new = match["ref"] or match["ref2"], match["new"] or match["new2"]
     if explicit_id(ref) is None and ref.lower() not in ("it", "that", "this"):
         return None  # "make dinner at 7", "put milk on the list": no task named
-    return UpdateTask(ref, "due", match["new"]) if entities.is_date(match["new"]) else None
+    return UpdateTask(ref, "due", new) if entities.is_date(new) else None
 
 
 def _remind_before(match: re.Match[str]) -> Command | None:
     ref = match["ref"] or "it"
-    before = match["before"]
+    before = match["before"] + (match.groupdict().get("at") or "")
     if entities.read_reminder(before) is None:
         return None
     if entities.might_be_date(ref) and entities.says_date(ref):

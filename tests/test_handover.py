@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.conftest import auth, server_env
 from tests.fake_openai import FakeOpenAI, call, delay, reply, tool_calls
 from tests.servers import ServerProcess, server_processes
+from tests.test_turn_streams import SSE
 
 pytestmark = pytest.mark.asyncio
 
@@ -106,7 +107,7 @@ async def conversation(engine: AsyncEngine) -> list[dict[str, Any]]:
     async with engine.connect() as connection:
         rows = await connection.execute(
             text(
-                "SELECT id, role, content, tool_calls, tool_results, reply_to"
+                "SELECT id, session_id, role, content, tool_calls, tool_results, reply_to"
                 " FROM agent_messages WHERE user_id = :user ORDER BY seq"
             ),
             {"user": USER},
@@ -161,8 +162,17 @@ async def test_a_turn_killed_after_its_tool_call_committed_is_finished_without_r
     )
     body = {"message": "Add call the plumber"}
     killed_at = await kill_mid_turn(victim, model, body, requests=2, key="after-1")
-    answer = await the_answer(survivor, body, "after-1")
-    taken_s = time.monotonic() - killed_at
+    # A client that lost its stream joins the turn's on the survivor, before the takeover.
+    session_id = (await conversation(engine))[0]["session_id"]
+    async with httpx.AsyncClient(timeout=httpx.Timeout(10, read=None)) as http:
+        url = f"{survivor.url}/api/{USER}/sessions/{session_id}/stream"
+        joined = SSE(http, "GET", url, headers=auth(USER)).start()
+        answer = await the_answer(survivor, body, "after-1")
+        taken_s = time.monotonic() - killed_at
+        told = await joined.finish(timeout_s=TAKEOVER_S)
+    assert joined.status == 200
+    assert told[-1].event == "done"
+    assert told[-1].data == answer.json()
     assert answer.status_code == 200, answer.text
     assert answer.json()["response"] == "Added task 1: Call the plumber."
     # The committed call is in the answer once, with its stored result.

@@ -488,7 +488,7 @@ class TurnStreams:
             elif kind == "e":
                 key, part, piece = rest.split(" ", 2)
                 self._received(uuid.UUID(session), key, part, piece)
-        except (ValueError, InvalidTurnEventId, KeyError, IndexError):
+        except (ValueError, TypeError, InvalidTurnEventId, KeyError, IndexError):
             logger.warning("unreadable turn notification", extra={"payload": payload[:100]})
 
     async def _notify(self, payloads: list[str]) -> None:

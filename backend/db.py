@@ -169,8 +169,8 @@ class Database:
             # The pooler hands each transaction whichever server connection is free (and a
             # statement outside one, each of its Syncs): a statement prepared on one is
             # missing on the next, and another client's of the same name may be there.
-            # So no statement is kept: asyncpg uses the unnamed one and parses it again in
-            # the very message that binds and runs it, and SQLAlchemy caches none.
+            # So no statement is kept: asyncpg (0.29 on) uses the unnamed one and parses it
+            # again in the very message that binds and runs it, and SQLAlchemy caches none.
             # Directly, both caches save a round trip per statement (docs/operations.md).
             connect_args |= {"statement_cache_size": 0, "prepared_statement_cache_size": 0}
         self.engine: AsyncEngine = create_async_engine(

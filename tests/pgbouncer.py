@@ -60,8 +60,6 @@ auth_file = {self._dir / "users.txt"}
 pool_mode = transaction
 default_pool_size = {pool_size}
 max_client_conn = 1000
-server_reset_query =
-ignore_startup_parameters = extra_float_digits
 """
         )
         self.log = self._dir / "pgbouncer.log"

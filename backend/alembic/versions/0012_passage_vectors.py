@@ -19,10 +19,11 @@ dimensions) never compares vectors from two spaces.
 The column is `vector` without a fixed size, since the model and so the size are the
 operator's choice; an HNSW index needs one, so there is one partial expression index per
 usual size (`embedding::vector(N)` where `dims = N`), cosine distance. Sizes outside the
-list (and above HNSW's 2,000) are searched exactly, which is fast for the passages one
-person reads. `todo_nearest_passages` (SECURITY DEFINER, holding the policy's line itself
-like `todo_search_passages`) writes the size into its statement so that the planner can
-match those indexes.
+list (and above HNSW's 2,000) are searched exactly. `todo_nearest_passages` (SECURITY
+DEFINER, holding the policy's line itself like `todo_search_passages`) writes the size
+into its statement so that the planner can match those indexes, and uses them only for a
+reader who holds enough of all vectors that HNSW, which filters after it searches, brings
+enough of theirs; anyone else's own vectors are compared one by one.
 
 The rows carry their passage's list (a composite foreign key keeps it so, moving with the
 document), under the same forced row-level security as passages: the list's members read

@@ -19,10 +19,11 @@ dimensions) never compares vectors from two spaces.
 The column is `vector` without a fixed size, since the model and so the size are the
 operator's choice; an HNSW index needs one, so there is one partial expression index per
 usual size (`embedding::vector(N)` where `dims = N`), cosine distance. Sizes outside the
-list (and above HNSW's 2,000) are searched exactly, which is fast for the passages one
-person reads. `todo_nearest_passages` (SECURITY DEFINER, holding the policy's line itself
-like `todo_search_passages`) writes the size into its statement so that the planner can
-match those indexes.
+list (and above HNSW's 2,000) are searched exactly. `todo_nearest_passages` (SECURITY
+DEFINER, holding the policy's line itself like `todo_search_passages`) writes the size
+into its statement so that the planner can match those indexes, and uses them only for a
+reader who holds enough of all vectors that HNSW, which filters after it searches, brings
+enough of theirs; anyone else's own vectors are compared one by one.
 
 The rows carry their passage's list (a composite foreign key keeps it so, moving with the
 document), under the same forced row-level security as passages: the list's members read
@@ -46,10 +47,12 @@ APP, WORKER, DEFINER = "todo_agent_app", "todo_agent_worker", "todo_agent_define
 # (768), bge-large and mxbai-embed-large (1024), text-embedding-3-small and ada-002 (1536);
 # 256 and 512 for models asked for fewer dimensions.
 INDEXED_DIMENSIONS = (256, 384, 512, 768, 1024, 1536)
-# Up to this many vectors a person reads, an exact scan of theirs beats the index: HNSW
-# finds the nearest of everyone's and filters after, so for someone holding a small share
-# of all passages it would return few of theirs.
-_EXACT_UP_TO = 20000
+# HNSW finds the nearest among everyone's vectors and filters by reader after: to bring
+# `want` of a reader's it must look at about want / (their share of all vectors), twice
+# that to be safe, and it looks at no more than 1,000 (`hnsw.ef_search`'s limit). A reader
+# holding too small a share for that gets an exact scan of their own vectors instead,
+# which is cheap exactly because they are few.
+_MAX_EF_SEARCH = 1000
 
 _TABLE = """
 CREATE TABLE passage_vectors (
@@ -80,31 +83,34 @@ DECLARE
     size integer := vector_dims(query);
     mine uuid[];
     readable integer;
-    nearest text := format('(v.embedding::vector(%1$s) <=> $1::vector(%1$s))', size);
+    everyone float8;
+    ef float8;
 BEGIN
     mine := ARRAY(SELECT l FROM todo_my_lists() AS l WHERE list IS NULL OR l = list);
-    SELECT count(*) INTO readable FROM (
-        SELECT 1 FROM passage_vectors v
-        WHERE v.list_id = ANY (mine) AND v.model = $1 AND v.dims = size
-        LIMIT {_EXACT_UP_TO} + 1) AS r;
+    SELECT count(*) INTO readable FROM passage_vectors v
+    WHERE v.list_id = ANY (mine) AND v.model = $1 AND v.dims = size;
     IF readable = 0 THEN
         RETURN;
     END IF;
-    IF readable <= {_EXACT_UP_TO} OR NOT size = ANY ('{_INDEXED}'::integer[]) THEN
+    SELECT greatest(c.reltuples, readable) INTO everyone FROM pg_class c
+    WHERE c.oid = 'passage_vectors'::regclass;
+    ef := 2 * want * everyone / readable;
+    IF size = ANY ('{_INDEXED}'::integer[]) AND ef <= {_MAX_EF_SEARCH} AND readable > 10 * want THEN
+        PERFORM set_config('hnsw.ef_search', greatest(40, ceil(ef))::text, true);
         RETURN QUERY EXECUTE format(
-            'WITH theirs AS MATERIALIZED (SELECT v.passage_id, v.embedding FROM passage_vectors v'
-            ' WHERE v.list_id = ANY ($3) AND v.model = $2 AND v.dims = %s)'
-            ' SELECT v.passage_id, %s::float8 FROM theirs v ORDER BY 2 LIMIT $4', size, nearest)
+            'SELECT v.passage_id, (v.embedding::vector(%1$s) <=> $1::vector(%1$s))::float8'
+            ' FROM passage_vectors v WHERE v.dims = %1$s AND v.model = $2'
+            ' AND v.list_id = ANY ($3) ORDER BY 2 LIMIT $4', size)
         USING query, model, mine, want;
         RETURN;
     END IF;
-    -- Enough candidates that `want` of the reader's are among them, as far as HNSW goes.
-    PERFORM set_config('hnsw.ef_search', least(1000, greatest(100, want * 10))::text, true);
-    RETURN QUERY EXECUTE format(
-        'SELECT v.passage_id, %1$s::float8 FROM passage_vectors v'
-        ' WHERE v.dims = %2$s AND v.model = $2 AND v.list_id = ANY ($3)'
-        ' ORDER BY %1$s LIMIT $4', nearest, size)
-    USING query, model, mine, want;
+    -- Their own vectors, each compared: kept off the HNSW index, which would find too few.
+    PERFORM set_config('enable_indexscan', 'off', true);
+    RETURN QUERY
+    SELECT v.passage_id, (v.embedding <=> query)::float8 FROM passage_vectors v
+    WHERE v.list_id = ANY (mine) AND v.model = $1 AND v.dims = size
+    ORDER BY 2 LIMIT want;
+    PERFORM set_config('enable_indexscan', 'on', true);
 END
 $$
 """  # noqa: S608 (the module's own constants, not input)

@@ -38,9 +38,9 @@ DEPTH = 50
 RRF_K = 60  # reciprocal rank fusion's constant (Cormack et al.)
 # By meaning every passage is found at some distance: only the nearest are fused, or the
 # merely somewhat near that also hold a common word of the query would outrank the one
-# passage that is clearly nearest (bench/README.md: recall@5 0.93 fused at 50, 0.98 at 20,
-# the same at 5 or 10).
-MEANING_DEPTH = 20
+# passage that is clearly nearest (bench/README.md: recall@5 0.93 fused at 50, 0.98 at 5,
+# 10 or 20); and the fewer, the less HNSW has to look at.
+MEANING_DEPTH = 10
 _WORD_RANKING = text(
     "SELECT passage_id, document_id, score"
     " FROM todo_search_passages(CAST(:words AS text[]), CAST(:phrases AS boolean[]),"

@@ -280,7 +280,7 @@ def minilm() -> tuple[str, Callable[[str, int], list[float]]] | None:
         from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         return None
-    import torch
+    import torch  # type: ignore[import-not-found, unused-ignore]
 
     # One thread: on a shared 2-core machine more threads only wait for each other (a text
     # took 2 s with two under load, 0.1 to 0.2 s with one).

@@ -596,7 +596,8 @@ export interface paths {
         };
         /**
          * Search Documents
-         * @description Passages of the documents the user reads, best first, for the words of `q`.
+         * @description Passages of the documents the user reads, best first, for the words (and, with an
+         *     embeddings model, the meaning) of `q`.
          */
         get: operations["searchDocuments"];
         put?: never;

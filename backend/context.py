@@ -103,7 +103,7 @@ class AppContext:
                 extra={"model": embeddings.model},
             )
             return
-        self.semantic = embeddings
+        self.semantic = self.agent.semantic = embeddings
         self.vectors = PassageVectors(self.settings, self.database, embeddings)
         self.events.on_notify(self.vectors.wake)
 

@@ -1,27 +1,42 @@
 """Search by meaning: passages' vectors (pgvector, on an embedded PostgreSQL of this
 module's own, migrated) computed in the background through the fake's `/v1/embeddings`,
-fused with the words' ranking; and what an embeddings server that fails, a change of model,
-and a database without pgvector change for the person (nothing, but "car" finding
-"vehicle")."""
+fused with the words' ranking, by the REST search, the agent's tool, the MCP tool and the
+stub alike; and what an embeddings server that fails, a change of model, and a database
+without pgvector change for the person (nothing, but "car" finding "vehicle")."""
 
 import asyncio
 import logging
 import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from backend.embedded_db import EmbeddedPostgres
+from backend.main import create_app
 from backend.migrations import migrate
 from backend.settings import Settings
+from tests.chat_helpers import chat
 from tests.conftest import TEST_SECRET, acting_as, auth, serving
-from tests.fake_openai import FakeOpenAI, JSONObject, Step, error, hang, vectors
+from tests.fake_openai import (
+    FakeOpenAI,
+    JSONObject,
+    Step,
+    call,
+    error,
+    hang,
+    reply,
+    tool_calls,
+    vectors,
+)
+from tests.test_mcp import as_alice, structured
 
 GARAGE = """# Garage
 
@@ -145,6 +160,64 @@ async def test_car_finds_the_vehicle_only_by_meaning(
         assert (await db.exec(count)).one()[0] == 0  # type: ignore[call-overload]
     async with acting_as(vector_db, "alice") as db:
         assert (await db.exec(count)).one()[0] == 3  # type: ignore[call-overload]
+
+
+@asynccontextmanager
+async def _app(settings: Settings) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    """The app with its lifespan running (for MCP), and a client over ASGI."""
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            yield app, client
+
+
+async def _agent_finds(client: httpx.AsyncClient, model: FakeOpenAI, user: str) -> list[str]:
+    """The headings the scripted model's `search_documents` call for "car" got."""
+    model.script(tool_calls(call("search_documents", {"query": "car", "list": None})), reply("OK"))
+    answer = await chat(client, "where did I leave the car?", user=user)
+    [result] = [r["result"] for r in answer["tool_results"] if r["name"] == "search_documents"]
+    return [passage["heading"] for passage in result["passages"]]
+
+
+async def test_the_agents_tool_searches_by_meaning_too(
+    vector_db: AsyncEngine, vector_settings: Callable[..., Settings], model: FakeOpenAI
+) -> None:
+    chatting = {"openai_api_key": "sk-test", "openai_base_url": model.base_url}
+    async with serving(vector_settings(embeddings_model=None, **chatting)) as client:
+        await _upload(client, "alice", "Garage", GARAGE)
+        await _upload(client, "alice", "Shopping", SHOPPING)
+        assert await _agent_finds(client, model, "alice") == []
+    async with serving(vector_settings(**chatting)) as client:
+        await _embedded(vector_db, "embed-a")
+        assert (await _agent_finds(client, model, "alice"))[0] == "Garage \u203a Parking"
+        assert await _agent_finds(client, model, "bob") == []  # only what they read
+    assert ["car"] in [request.body["input"] for request in model.embedding_requests]
+
+
+async def test_the_mcp_tool_and_the_stub_search_by_meaning_too(
+    vector_db: AsyncEngine, vector_settings: Callable[..., Settings], model: FakeOpenAI
+) -> None:
+    async def found_over_mcp(app: FastAPI) -> list[str]:
+        async with as_alice(app) as alice:
+            result = await alice.call_tool("search_documents", {"query": "car", "list": None})
+        return [passage["heading"] for passage in structured(result)["passages"]]
+
+    async def stub_says(client: httpx.AsyncClient, user: str = "alice") -> str:
+        answer = await chat(client, "search my notes for car", user=user)
+        assert answer["using_stub"] is True
+        return str(answer["response"])
+
+    async with _app(vector_settings(embeddings_model=None)) as (app, client):
+        await _upload(client, "alice", "Garage", GARAGE)
+        assert await found_over_mcp(app) == []
+        assert "keys on the hook" not in await stub_says(client)
+    async with _app(vector_settings()) as (app, client):
+        await _embedded(vector_db, "embed-a")
+        assert (await found_over_mcp(app))[0] == "Garage \u203a Parking"
+        said = await stub_says(client)
+        assert said.startswith("From \u201cGarage\u201d \u203a Parking:\n"), said
+        assert "keys on the hook" not in await stub_says(client, user="bob")
 
 
 async def test_an_embeddings_server_that_is_down_changes_nothing_but_meaning(

@@ -74,7 +74,7 @@ class McpEndpoint:
     async def run(self, context: AppContext) -> AsyncIterator[None]:
         """Serve while the block runs (in the app's lifespan: a mounted app's own lifespan
         never runs). A session manager runs once, so each run makes its own."""
-        mcp = TodoMcp(settings=self._settings, database=context.database)
+        mcp = TodoMcp(settings=self._settings, database=context.database, semantic=context.semantic)
         manager = StreamableHTTPSessionManager(
             app=mcp.server,
             json_response=True,

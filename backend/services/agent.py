@@ -49,6 +49,7 @@ from backend.models.approval import ApprovalAnswer, PendingApproval
 from backend.models.chat import ChatRequest, ChatResponse, ToolCallPublic, ToolResultPublic
 from backend.models.session import Usage
 from backend.services import approvals, idempotency, turns, undo
+from backend.services.embeddings import Embeddings
 from backend.services.idempotency import Replay
 from backend.services.model_calls import ModelCaller, ModelUnavailable
 from backend.services.stub import Shelf, StubResponder
@@ -157,6 +158,8 @@ class OpenAIAgentService:
         self._running: dict[asyncio.Task[ChatResponse], Turn] = {}
         self._chores: set[asyncio.Task[None]] = set()
         self._draining = False
+        # Search by meaning, once the app knows the database holds vectors (`AppContext`).
+        self.semantic: Embeddings | None = None
 
     @classmethod
     def from_settings(
@@ -306,6 +309,7 @@ class OpenAIAgentService:
                 tz=tz,
                 session_id=session_id,
                 turn=(turn_id, reply_id),
+                semantic=self.semantic,
             ),
             assistant_message_id=reply_id,
             messages=[
@@ -471,6 +475,7 @@ class OpenAIAgentService:
                 tz=tz,
                 session_id=opened.session_id,
                 turn=(opened.turn_id, assistant_message_id),
+                semantic=self.semantic,
             ),
             assistant_message_id=assistant_message_id,
             messages=[
@@ -598,7 +603,9 @@ class OpenAIAgentService:
             return await self._call_tool(turn, call_id, name, dict(arguments))
 
         documents = Shelf(
-            functools.partial(self._database.transaction, as_user=turn.owner), user=turn.owner
+            functools.partial(self._database.transaction, as_user=turn.owner),
+            user=turn.owner,
+            semantic=self.semantic,
         )
         text = await self._stub.respond(
             turn.message,
@@ -624,6 +631,8 @@ class OpenAIAgentService:
                 return held
         turn.send("tool_call", call.model_dump(mode="json"))
         try:
+            if isinstance(parsed, ToolArgs):
+                await turn.tools.prepare(parsed)
             result = await _riding_out_outages(lambda: self._run_and_record(turn, call, parsed))
         except DatabaseUnavailable:
             raise

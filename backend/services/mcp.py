@@ -55,6 +55,7 @@ from backend.models.mcp import (
 )
 from backend.services import mcp_states, turns
 from backend.services.documents import store
+from backend.services.embeddings import Embeddings
 from backend.services.tools import (
     DELETING,
     DOCUMENT_URI,
@@ -274,9 +275,12 @@ def _content(result: ToolResult) -> types.CallToolResult:
 class TodoMcp:
     """The MCP server of one app: lists the tools, and runs each call for the caller."""
 
-    def __init__(self, *, settings: Settings, database: Database) -> None:
+    def __init__(
+        self, *, settings: Settings, database: Database, semantic: Embeddings | None = None
+    ) -> None:
         self._settings = settings
         self._database = database
+        self._semantic = semantic  # search by meaning (the app's `semantic`)
         self.server: Server[Any] = Server(
             "todo-agent",
             version="0.1.0",
@@ -399,7 +403,10 @@ class TodoMcp:
                 wait_s = max(1, math.ceil(admission.retry_after_s))
                 return error(f"Too many requests; try again in {wait_s} seconds.")
             tools = TodoTools(
-                owner=identity.user_id, name=admission.name, tz=ZoneInfo(admission.timezone)
+                owner=identity.user_id,
+                name=admission.name,
+                tz=ZoneInfo(admission.timezone),
+                semantic=self._semantic,
             )
             call = tools.parse(name, params.arguments or {})
             if isinstance(call, dict):
@@ -410,6 +417,7 @@ class TodoMcp:
             confirm = admission.confirm or self._settings.agent_confirm_default
             if can_ask and needs_approval(confirm, call.name):
                 return await self._ask(identity, tools, call)
+            await tools.prepare(call)
             async with self._database.transaction(as_user=identity.user_id) as db:
                 return await tools.run(db, call)
         except MCPError:

@@ -42,7 +42,9 @@ from backend.models.task import (
 from backend.models.task import TaskUpdate as TaskChanges
 from backend.services import lists, recurrence, tasks, undo
 from backend.services.documents import search as document_search
+from backend.services.documents.search import QueryMeaning
 from backend.services.documents.sections import HEADING_JOINER
+from backend.services.embeddings import Embeddings
 from backend.services.recurrence import RecurrenceError
 from backend.services.tasks import TaskRef
 
@@ -341,6 +343,7 @@ class TodoTools:
         tz: ZoneInfo,
         session_id: uuid.UUID | None = None,
         turn: tuple[uuid.UUID, uuid.UUID] | None = None,
+        semantic: Embeddings | None = None,
     ) -> None:
         self.owner = owner
         self.name = name
@@ -349,6 +352,9 @@ class TodoTools:
         # (turn id, its assistant message id): the turn's own changes are not "the last".
         self.turn = turn
         self._known_lists: list[ListPublic] | None = None
+        # Search by meaning (the app's `semantic`): each query's vector, asked by `prepare`.
+        self.semantic = semantic
+        self._meanings: dict[str, QueryMeaning] = {}
 
     def parse(self, name: str, arguments: str | Mapping[str, Any]) -> ToolArgs | ToolResult:
         """Validate a call; what the model got wrong comes back as an error result."""
@@ -370,6 +376,15 @@ class TodoTools:
                 for e in invalid.errors()[:5]
             )
             return error(f"Invalid arguments: {problems}")
+
+    async def prepare(self, call: ToolArgs) -> None:
+        """What a call needs from outside the database, asked before the caller opens its
+        transaction so that no connection is held meanwhile: a search's query's vector
+        (when search by meaning is on and the embeddings server answers)."""
+        if isinstance(call, SearchDocuments) and call.query not in self._meanings:
+            meaning = await document_search.query_meaning(self.semantic, call.query)
+            if meaning is not None:
+                self._meanings[call.query] = meaning
 
     async def run(self, db: AsyncSession, call: ToolArgs) -> ToolResult:
         """Carry out a validated call inside the caller's transaction."""
@@ -608,7 +623,12 @@ class TodoTools:
         """The best passages of the documents the user reads (in one of their lists)."""
         list_id = await self._list_id(db, call.list) if call.list else None
         found = await document_search.search_passages(
-            db, user=self.owner, query=call.query, list_id=list_id, limit=MAX_PASSAGES
+            db,
+            user=self.owner,
+            query=call.query,
+            list_id=list_id,
+            limit=MAX_PASSAGES,
+            meaning=self._meanings.get(call.query),
         )
         return {"passages": [hit.public().model_dump(mode="json") for hit in found]}
 

@@ -14,6 +14,7 @@ from backend.errors import DocumentNotFound
 from backend.models.document import DocumentPublic
 from backend.services.documents import search, store
 from backend.services.documents.search import PassageHit
+from backend.services.embeddings import Embeddings
 from backend.services.stub.calls import Stop
 
 # A transaction acting as the person (`Database.transaction(as_user=...)`).
@@ -23,9 +24,12 @@ SEARCHED = search.MAX_LIMIT
 
 
 class Shelf:
-    def __init__(self, transaction: Transaction, *, user: str) -> None:
+    def __init__(
+        self, transaction: Transaction, *, user: str, semantic: Embeddings | None = None
+    ) -> None:
         self._transaction = transaction
         self._user = user
+        self._semantic = semantic  # search by meaning too, as the tool does
         self._documents: list[DocumentPublic] | None = None
 
     async def documents(self) -> list[DocumentPublic]:
@@ -43,8 +47,10 @@ class Shelf:
             raise Stop("That document is gone from your lists.") from None
 
     async def search(self, query: str) -> list[PassageHit]:
-        """The best passages for `query` in every document the person reads."""
+        """The best passages for `query` in every document the person reads (its vector
+        asked before the transaction opens)."""
+        meaning = await search.query_meaning(self._semantic, query)
         async with self._transaction() as db:
             return await search.search_passages(
-                db, user=self._user, query=query, list_id=None, limit=SEARCHED
+                db, user=self._user, query=query, list_id=None, limit=SEARCHED, meaning=meaning
             )

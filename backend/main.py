@@ -34,6 +34,7 @@ from backend.routers import (
     web,
 )
 from backend.routers import settings as user_settings
+from backend.services.documents import reading
 from backend.settings import Settings, load_settings
 
 _IMPORT_PATH = re.compile(r"/api/[^/]+/import")
@@ -68,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         context = AppContext.create(settings)
         app.state.context = context
         await context.start()
+        reading.prepare_reader()
         # Everything built so far (modules, routes, schemas, the OpenAPI models) lives as
         # long as the process: keep the collector from walking it again in every full
         # collection, which otherwise costs a long pause every few hundred turns.

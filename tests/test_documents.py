@@ -14,7 +14,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.errors import UnreadableDocument
-from backend.services.documents.reading import HTML, MAX_DEPTH, read_isolated
+from backend.services.documents import reading
+from backend.services.documents.reading import HTML, MARKDOWN, MAX_DEPTH, read_isolated
 from backend.settings import Settings
 from tests.conftest import auth, serving
 
@@ -246,6 +247,24 @@ async def test_a_reader_that_overruns_its_time_or_memory_is_stopped() -> None:
         await read_isolated(page, HTML, timeout_s=0.01)
     with pytest.raises(UnreadableDocument, match="memory"):
         await read_isolated(page, HTML, memory_bytes=64 * 1024 * 1024)
+
+
+async def test_each_file_is_read_by_a_reader_of_its_own_started_ahead() -> None:
+    """Readers are started ahead and each reads one file; a spare that died meanwhile is
+    passed over."""
+    reading.prepare_reader()
+    spare = reading._SPARE[0][0]
+    found = await read_isolated(b"# Moving\n\nCall the movers.", MARKDOWN)
+    assert found.title == "Moving"
+    assert not spare.is_alive()  # it read that file and was ended
+    waiting = reading._SPARE[0][0]
+    assert waiting.is_alive()
+    assert waiting is not spare
+    waiting.kill()
+    waiting.join()
+    found = await read_isolated(b"# Packing\n\nBoxes.", MARKDOWN)
+    assert found.title == "Packing"
+    assert reading._SPARE[0][0].is_alive()
 
 
 @pytest.fixture

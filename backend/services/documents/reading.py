@@ -229,21 +229,62 @@ def _context() -> Any:
 
 
 _CONTEXT = _context()
+# A reader started ahead of the upload it will read: a process started from the forkserver
+# imports the server's main module again (multiprocessing's preparation), half a second
+# and more of a loaded machine's time, which the next upload then does not wait for. Each
+# reader still reads one file and is then ended.
+_SPARE: deque[tuple[Any, Connection]] = deque()
 
 
-def _child(sender: Connection, data: bytes, media_type: str, memory: int, cpu_s: int) -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+def _child(connection: Connection) -> None:
     try:
-        sender.send(("read", read(data, media_type)))
+        data, media_type, memory, cpu_s = connection.recv()
+    except EOFError:  # a spare the server no longer needs (it is ending)
+        return
+    # The CPU limit counts from now, not from the process's start (its imports).
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    spent = int(usage.ru_utime + usage.ru_stime) + 1
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CPU, (spent + cpu_s, spent + cpu_s + 1))
+    try:
+        connection.send(("read", read(data, media_type)))
     except UnreadableDocument as refused:
-        sender.send(("refused", refused.detail))
+        connection.send(("refused", refused.detail))
     except MemoryError:
-        sender.send(("refused", "The document needs more memory to read than it is given."))
+        connection.send(("refused", "The document needs more memory to read than it is given."))
     except RecursionError:
-        sender.send(("refused", "The document is nested too deeply to read."))
+        connection.send(("refused", "The document is nested too deeply to read."))
     except Exception as error:  # any other failure of a parser on this input: still its own
-        sender.send(("refused", f"The document cannot be read ({type(error).__name__})."))
+        connection.send(("refused", f"The document cannot be read ({type(error).__name__})."))
+
+
+def _start_reader() -> tuple[Any, Connection]:
+    ours, theirs = _CONTEXT.Pipe()
+    process = _CONTEXT.Process(target=_child, args=(theirs,), daemon=True)
+    process.start()
+    theirs.close()
+    return process, ours
+
+
+def prepare_reader() -> None:
+    """A spare reader started now (at the server's start), so that the first upload does not
+    wait for one either."""
+    if not _SPARE:
+        _SPARE.append(_start_reader())
+
+
+def _reader() -> tuple[Any, Connection]:
+    """A reader waiting for its file (the spare, when it is still alive), and a spare
+    started for the next."""
+    reader = None
+    while _SPARE and reader is None:
+        process, connection = _SPARE.popleft()
+        if process.is_alive():
+            reader = process, connection
+        else:
+            connection.close()
+    _SPARE.append(_start_reader())
+    return reader or _start_reader()
 
 
 async def read_isolated(
@@ -255,21 +296,15 @@ async def read_isolated(
 ) -> Reading:
     """`read`, in a process of its own, killed at the deadline."""
     async with _READERS:
-        receiver, sender = _CONTEXT.Pipe(duplex=False)
-        process = _CONTEXT.Process(
-            target=_child,
-            args=(sender, data, media_type, memory_bytes, int(timeout_s) + 1),
-            daemon=True,
-        )
+        process, connection = _reader()
+        job = (data, media_type, memory_bytes, int(timeout_s) + 1)
         try:
-            process.start()
-            sender.close()
-            outcome = await asyncio.to_thread(_receive, receiver, timeout_s)
+            outcome = await asyncio.to_thread(_exchange, connection, job, timeout_s)
         finally:
             if process.is_alive():
                 process.kill()
             await asyncio.to_thread(process.join)
-            receiver.close()
+            connection.close()
     match outcome:
         case ("read", Reading() as reading):
             return reading
@@ -282,11 +317,13 @@ async def read_isolated(
     raise UnreadableDocument("The document could not be read within the memory it is given.")
 
 
-def _receive(receiver: Connection, timeout_s: float) -> Any:
-    """The reader's answer; "timeout" when it has none in time, None when it died."""
+def _exchange(connection: Connection, job: tuple[Any, ...], timeout_s: float) -> Any:
+    """The reader's answer to `job`; "timeout" when it has none in time, None when it died.
+    (A spare still starting takes the file once it has started: sent from a thread.)"""
     try:
-        if not receiver.poll(timeout_s):
+        connection.send(job)
+        if not connection.poll(timeout_s):
             return "timeout"
-        return receiver.recv()
+        return connection.recv()
     except (EOFError, OSError):
         return None

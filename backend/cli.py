@@ -25,6 +25,10 @@ logger = logging.getLogger("todo_agent.cli")
 # What requests still open once the turns are drained (a large export, an MCP call) get
 # before uvicorn cancels them; event streams were ended by the drain.
 REQUESTS_AFTER_DRAIN_S = 5
+# How long uvicorn's supervisor waits for a worker to answer its ping before killing it as
+# hung. Its 5 s default kills workers still importing the app on a busy machine, again and
+# again; a worker truly hung is rare and this only delays its replacement.
+WORKER_HEALTHCHECK_S = 60
 
 
 def _database_url(settings: Settings) -> str:
@@ -146,6 +150,7 @@ def serve(args: argparse.Namespace) -> None:
             log_config=None,  # ours (backend.logs), set up here and by the app factory
             access_log=False,  # backend.middleware writes one line per request instead
             timeout_graceful_shutdown=REQUESTS_AFTER_DRAIN_S,
+            timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
         )
 
 

@@ -22,6 +22,7 @@ from backend.auth import create_token
 from backend.embedded_db import EmbeddedPostgres
 from backend.main import create_app
 from backend.migrations import migrate
+from backend.services.outbox.hub import FORGET_CHANNEL
 from backend.settings import Settings, normalize_database_url
 from tests import pgbouncer
 from tests.fake_openai import FakeOpenAI
@@ -137,9 +138,14 @@ async def clean_tables(request: pytest.FixtureRequest) -> None:
     # A module's server keeps polling (reminders, deliveries) between tests; taking every
     # table's lock can deadlock with one of its statements, and PostgreSQL may pick the
     # TRUNCATE to abort. Then it is simply taken again.
+    # Its servers also keep the users they have met (KnownUsers): tell them, as an erasure
+    # does, that every user is gone, else a user an earlier test made is refused (409) once.
     for attempt in range(5):
         try:
             async with engine.begin() as connection:
+                await connection.execute(
+                    text("SELECT pg_notify(:channel, id) FROM users"), {"channel": FORGET_CHANNEL}
+                )
                 await connection.execute(text(f"TRUNCATE {_TABLES} RESTART IDENTITY CASCADE"))
             return
         except DBAPIError as error:

@@ -56,7 +56,8 @@ class ServerProcess:
         self.log = log
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout_s: float = 60) -> Self:
+    # A loaded machine (the whole suite) may take a minute or more to start one.
+    def start(self, timeout_s: float = 180) -> Self:
         with open(self.log or os.devnull, "ab") as output:  # the child keeps its own copy
             self.process = subprocess.Popen(
                 self.command, env=self.env, cwd=self.cwd, stdout=output, stderr=subprocess.STDOUT
@@ -122,7 +123,7 @@ def server_processes(
             server.kill()
 
 
-def start_all(servers: Sequence[ServerProcess], *, timeout_s: float = 60) -> None:
+def start_all(servers: Sequence[ServerProcess], *, timeout_s: float = 180) -> None:
     """Start those of the servers that are not running, side by side (each takes seconds)."""
     stopped = [server for server in servers if not server.running]
     with ThreadPoolExecutor(max_workers=max(1, len(stopped))) as pool:

@@ -29,7 +29,9 @@ from tests.test_turn_streams import SSE
 
 pytestmark = pytest.mark.asyncio
 
-LEASE_S = 2  # CHAT_SESSION_LEASE_S: a dead replica's turn is taken over about this late
+# CHAT_SESSION_LEASE_S: a dead replica's turn is taken over about this late. Short, yet
+# long enough that a live replica stalled on a loaded machine does not lose its turn.
+LEASE_S = 4
 TAKEOVER_S = LEASE_S + 10  # the contract's bound
 USER = "alice"
 START_S = 180
@@ -78,12 +80,25 @@ async def post_chat(
 
 
 async def kill_mid_turn(
-    victim: ServerProcess, model: FakeOpenAI, body: dict[str, Any], *, requests: int, key: str
+    victim: ServerProcess,
+    model: FakeOpenAI,
+    body: dict[str, Any],
+    *,
+    requests: int,
+    key: str,
+    committed: AsyncEngine | None = None,
 ) -> float:
     """Send `body` to `victim`, SIGKILL it once the model has seen `requests` requests (the
-    turn is then waiting for its model), and return when it was killed."""
+    turn is then waiting for its model) and, given `committed`, once that database shows
+    the turn's tool call; return when it was killed."""
     doomed = asyncio.create_task(post_chat(victim, body, key=key))
-    await asyncio.to_thread(model.wait_for_requests, requests, 20)
+    await asyncio.to_thread(model.wait_for_requests, requests, 60)
+    # The model's next request tells of a committed call only while the turn kept its
+    # lease (a stalled replica may lose it to the other one): wait for the commit itself.
+    deadline = time.monotonic() + 60
+    while committed is not None and not any(m["tool_calls"] for m in await conversation(committed)):
+        assert time.monotonic() < deadline, "the turn's tool call never committed"
+        await asyncio.sleep(0.1)
     victim.stop(signal.SIGKILL)
     killed_at = time.monotonic()
     with pytest.raises(httpx.HTTPError):
@@ -161,7 +176,9 @@ async def test_a_turn_killed_after_its_tool_call_committed_is_finished_without_r
         reply("Added task 1: Call the plumber."),  # the survivor's, given the stored result
     )
     body = {"message": "Add call the plumber"}
-    killed_at = await kill_mid_turn(victim, model, body, requests=2, key="after-1")
+    killed_at = await kill_mid_turn(
+        victim, model, body, requests=2, key="after-1", committed=engine
+    )
     # A client that lost its stream joins the turn's on the survivor, before the takeover.
     session_id = (await conversation(engine))[0]["session_id"]
     async with httpx.AsyncClient(timeout=httpx.Timeout(10, read=None)) as http:

@@ -106,6 +106,8 @@ class Turn:
     feed: TurnFeed | None = None
     # 0, or how many times replicas that died left the turn to another: event ids go on.
     attempt: int = 0
+    # The lease token of the attempt this one took over: streams joined on it get this one.
+    lapsed: uuid.UUID | None = None
     # How the client that asked has the turn told (ui_stream.py), so joined streams match.
     told_as: Mapping[str, Any] | None = None
     lease_lost: bool = False
@@ -174,7 +176,7 @@ class OpenAIAgentService:
         replica can join; it ends with `done`, or `error` (`detail`) if the turn fails."""
         meta = {"message_id": str(turn.assistant_message_id), **(turn.told_as or {})}
         turn.feed = self._streams.open(
-            turn.session_id, turn_id=turn.id, attempt=turn.attempt, meta=meta
+            turn.session_id, turn_id=turn.id, attempt=turn.attempt, meta=meta, lapsed=turn.lapsed
         )
         task = asyncio.create_task(self.run(turn), name=f"turn-{turn.id}")
         self._running[task] = turn
@@ -260,6 +262,7 @@ class OpenAIAgentService:
                 await turns.release_lease(db, session_id=session_id, turn_id=turn_id)
             return False
         turn.attempt = attempt  # its stream's events go on after the lapsed attempt's
+        turn.lapsed = lapsed
         metrics.TURNS_TAKEN_OVER.inc()
         logger.info("turn taken over", extra={"session_id": str(session_id)})
         self.start(turn)

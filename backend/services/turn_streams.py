@@ -203,9 +203,11 @@ class TurnFeed(Feed):
         attempt: int,
         meta: Mapping[str, Any],
         ended: Callable[["TurnFeed"], None],
+        lapsed: uuid.UUID | None = None,
     ) -> None:
         super().__init__(session_id, meta)
         self.turn_id = turn_id  # its lease token
+        self.lapsed = lapsed  # the lease token of the attempt it took over
         self.attempt = attempt
         self.ended_at = 0.0
         self._ended = ended
@@ -343,12 +345,24 @@ class TurnStreams:
     # -- the runner's side ----------------------------------------------------------------
 
     def open(
-        self, session_id: uuid.UUID, *, turn_id: uuid.UUID, attempt: int, meta: Mapping[str, Any]
+        self,
+        session_id: uuid.UUID,
+        *,
+        turn_id: uuid.UUID,
+        attempt: int,
+        meta: Mapping[str, Any],
+        lapsed: uuid.UUID | None = None,
     ) -> TurnFeed:
-        """The feed of a turn starting here in `session_id` (`turn_id`: its lease token)."""
+        """The feed of a turn starting here in `session_id` (`turn_id`: its lease token;
+        `lapsed`: that of the attempt it takes over)."""
         self._forget_ended()
         feed = TurnFeed(
-            session_id, turn_id=turn_id, attempt=attempt, meta=meta, ended=self._ended.append
+            session_id,
+            turn_id=turn_id,
+            attempt=attempt,
+            meta=meta,
+            ended=self._ended.append,
+            lapsed=lapsed,
         )
         self._running[session_id] = feed
         return feed
@@ -363,10 +377,12 @@ class TurnStreams:
     def _asked(self, session_id: uuid.UUID, turn_id: str, after: EventId | None) -> None:
         """Another replica (or this one) joined the turn of `session_id`: if it runs here,
         tell what it lacks, and every event from now on. A finished turn is told only to
-        those who asked for it: the one that followed it may not be here yet."""
+        those who asked for it: the one that followed it may not be here yet. Asking for a
+        lapsed attempt is asking for the one that took it over, which may have finished
+        between two asks of a stream joined on the lapsed one."""
         self._forget_ended()
         feed = self._running.get(session_id)
-        if feed is None or (feed.finished and str(feed.turn_id) != turn_id):
+        if feed is None or (feed.finished and turn_id not in (str(feed.turn_id), str(feed.lapsed))):
             return
         if not feed.finished:
             feed.publish = self._publish

@@ -19,7 +19,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -29,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.conftest import auth, server_env
 from tests.fake_openai import FakeOpenAI, Step, call, reply, tool_calls
-from tests.servers import ServerProcess, free_port, server_processes
+from tests.servers import ServerProcess, free_port, server_processes, start_all
 
 pytestmark = pytest.mark.asyncio
 
@@ -115,12 +114,6 @@ def replicas(
         yield servers
 
 
-def start_all(servers: list[ServerProcess]) -> None:
-    stopped = [server for server in servers if not server.running]
-    with ThreadPoolExecutor(max_workers=max(1, len(stopped))) as pool:
-        list(pool.map(lambda server: server.start(timeout_s=START_S), stopped))
-
-
 class Chaos:
     """Every few seconds SIGKILL one replica, while another runs, and start it again in
     the background; counts the kills and the restarts done."""
@@ -192,7 +185,7 @@ async def test_killing_replicas_under_load_loses_and_doubles_nothing(
     replicas: list[ServerProcess], model: FakeOpenAI, engine: AsyncEngine
 ) -> None:
     model.default = agent
-    await asyncio.to_thread(start_all, replicas)
+    await asyncio.to_thread(start_all, replicas, timeout_s=START_S)
     statuses: Counter[int] = Counter()
     users = [f"chaos-{n}" for n in range(USERS)]
     chaos = Chaos(replicas)

@@ -14,7 +14,6 @@ import signal
 import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -24,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.conftest import auth, server_env
 from tests.fake_openai import FakeOpenAI, call, delay, reply, tool_calls
-from tests.servers import ServerProcess, server_processes
+from tests.servers import ServerProcess, server_processes, start_all
 from tests.test_turn_streams import SSE
 
 pytestmark = pytest.mark.asyncio
@@ -57,17 +56,10 @@ def replicas(
         yield servers
 
 
-def start_all(servers: list[ServerProcess]) -> None:
-    """Start those not running, side by side; a loaded machine starts them slowly."""
-    stopped = [server for server in servers if not server.running]
-    with ThreadPoolExecutor(max_workers=max(1, len(stopped))) as pool:
-        list(pool.map(lambda server: server.start(timeout_s=START_S), stopped))
-
-
 @pytest.fixture
 def both(replicas: list[ServerProcess]) -> list[ServerProcess]:
     """Replicas A and B, running (again) for this test."""
-    start_all(replicas)
+    start_all(replicas, timeout_s=START_S)
     return replicas
 
 

@@ -10,6 +10,7 @@ overruns: the worst a file can do is be refused (422), never hold up the service
 
 import asyncio
 import io
+import logging
 import multiprocessing
 import resource
 from collections import deque
@@ -39,6 +40,7 @@ MAX_DEPTH = 200  # HTML elements nested deeper are refused
 MAX_PDF_PAGES = 2000
 _TITLE_LENGTH = 200
 # Readers at once in this process: each is a process of its own.
+logger = logging.getLogger("todo_agent.documents")
 _READERS = asyncio.Semaphore(2)
 
 # Elements whose content is not the document's text (or runs, or is out of the page).
@@ -259,18 +261,35 @@ def _child(connection: Connection) -> None:
 
 
 def _start_reader() -> tuple[Any, Connection]:
+    global _CONTEXT
     ours, theirs = _CONTEXT.Pipe()
     process = _CONTEXT.Process(target=_child, args=(theirs,), daemon=True)
-    process.start()
+    try:
+        process.start()
+    except OSError:
+        # The forkserver listens on a Unix socket under TMPDIR, and a long TMPDIR makes its
+        # path longer than a socket's path may be ("AF_UNIX path too long"). Then readers
+        # are spawned instead: slower to start (the spare hides it), just as isolated.
+        if _CONTEXT.get_start_method() != "forkserver":
+            raise
+        logger.warning("readers are spawned: the forkserver could not start under TMPDIR")
+        _CONTEXT = multiprocessing.get_context("spawn")
+        theirs.close()
+        ours.close()
+        return _start_reader()
     theirs.close()
     return process, ours
 
 
 def prepare_reader() -> None:
     """A spare reader started now (at the server's start), so that the first upload does not
-    wait for one either."""
+    wait for one either. One that cannot start is no reason not to serve: the upload that
+    needs it tries again, and says why if it still cannot."""
     if not _SPARE:
-        _SPARE.append(_start_reader())
+        try:
+            _SPARE.append(_start_reader())
+        except OSError:
+            logger.exception("no document reader could be started ahead")
 
 
 def _reader() -> tuple[Any, Connection]:

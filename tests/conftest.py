@@ -117,16 +117,25 @@ def outage_db() -> Iterator[EmbeddedPostgres]:
     embedded.start()  # leave it running; it stops with the test process
 
 
-@pytest.fixture(scope="session")
-async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+@asynccontextmanager
+async def migrated_engine(url: str) -> AsyncIterator[AsyncEngine]:
     """An engine on a freshly migrated schema (Alembic, exactly as `todo-agent migrate`)."""
-    engine = create_async_engine(database_url)
+    engine = create_async_engine(url)
     async with engine.begin() as connection:
         await connection.execute(text("DROP SCHEMA public CASCADE"))
         await connection.execute(text("CREATE SCHEMA public"))
     await migrate(engine)
-    yield engine
-    await engine.dispose()
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture(scope="session")
+async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    """An engine on the test database, freshly migrated."""
+    async with migrated_engine(database_url) as engine:
+        yield engine
 
 
 @pytest.fixture(autouse=True)

@@ -17,14 +17,13 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.embedded_db import EmbeddedPostgres
 from backend.main import create_app
-from backend.migrations import migrate
 from backend.settings import Settings
 from tests.chat_helpers import chat
-from tests.conftest import TEST_SECRET, acting_as, auth, serving
+from tests.conftest import TEST_SECRET, acting_as, auth, migrated_engine, serving
 from tests.fake_openai import (
     FakeOpenAI,
     JSONObject,
@@ -63,13 +62,8 @@ def vector_database_url() -> str:
 
 @pytest.fixture(scope="module")
 async def vector_engine(vector_database_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_async_engine(vector_database_url)
-    async with engine.begin() as connection:
-        await connection.execute(text("DROP SCHEMA public CASCADE"))
-        await connection.execute(text("CREATE SCHEMA public"))
-    await migrate(engine)
-    yield engine
-    await engine.dispose()
+    async with migrated_engine(vector_database_url) as engine:
+        yield engine
 
 
 @pytest.fixture

@@ -316,7 +316,12 @@ class JoinedFeed(Feed):
             return True  # cannot tell: keep waiting
         if found is None:
             return False
-        self.turn_id = found.turn_id  # another replica's, if it took the turn over
+        if found.turn_id is not None:
+            # Another replica's, if it took the turn over. A finished turn holds no lease:
+            # the last ask still names the attempt this stream knew, which the replica that
+            # ran the turn answers while the turn lingers there (one that took the turn over
+            # and finished it between two asks answers for the attempt it took over).
+            self.turn_id = found.turn_id
         return found.running
 
     def close(self) -> None:

@@ -396,6 +396,36 @@ async def test_every_member_gets_the_document_events(
     }  # fmt: skip
 
 
+async def test_a_document_moved_out_of_a_members_reach_is_deleted_for_them(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    home = await _home(client)
+    own = (await _send(client, "POST", "bob", "/lists", {"name": "Bob's"}, expect=201))["id"]
+    made = await upload(client, "bob", "moving.md", MOVING, list_id=home)
+    path = f"/documents/{made['id']}"
+    text_of = {"title": "Moving", "text": MOVING.decode()}
+    # Out of Home into a list of Bob's alone; then back, Bob being in both.
+    await _send(client, "PUT", "bob", path, {**text_of, "list_id": own})
+    await _get(client, "alice", path, expect=404)
+    await _send(client, "PUT", "bob", path, {**text_of, "list_id": home})
+    rows = await _rows(
+        engine,
+        "SELECT user_id, type, data FROM events WHERE type LIKE 'document.%' ORDER BY id",
+    )
+    seen: dict[str, list[tuple[str, str]]] = {}
+    for user, kind, data in rows:
+        assert (data["document_id"], data["title"]) == (made["id"], "Moving")
+        seen.setdefault(user, []).append((kind, "home" if data["list_id"] == home else "own"))
+    others = [("document.created", "home"), ("document.deleted", "home"),
+              ("document.updated", "home")]  # fmt: skip
+    assert seen == {
+        "alice": others,
+        "bob": [("document.created", "home"), ("document.updated", "own"),
+                ("document.updated", "home")],
+        "carol": others,
+    }  # fmt: skip
+
+
 async def test_a_malformed_request_is_a_4xx(client: httpx.AsyncClient) -> None:
     url, headers = "/api/alice/documents", auth("alice")
     assert (await client.post(url, content=b"hi", headers=headers)).status_code == 415

@@ -13,6 +13,7 @@ from tests.chat_helpers import chat
 from tests.conftest import auth
 from tests.fake_openai import FakeOpenAI, call, reply, tool_calls
 from tests.test_chat_ui import body, chunks_of, post_ui
+from tests.test_documents import pdf, upload
 from tests.test_lists import _send, _share
 
 LEASE = """# Lease
@@ -56,6 +57,7 @@ async def test_the_model_gets_the_passages_and_answers_naming_document_and_headi
     best = result["passages"][0]
     assert best["document_id"] == lease["id"]
     assert (best["title"], best["heading"]) == ("Lease", f"Lease{JOIN}Pets")
+    assert best["media_type"] == "text/markdown"
     assert "small dogs" in best["text"]
     assert len(result["passages"]) <= 5
     # The passages reach the model as the tool's result, the rule to cite them before it.
@@ -133,7 +135,7 @@ async def test_each_passage_used_is_a_source_document_part_live_and_in_the_histo
     for source in sources:
         assert set(source) == {"type", "sourceId", "mediaType", "title"}
         assert source["sourceId"].startswith(f"todo-agent://documents/{lease['id']}#")
-        assert source["mediaType"] == "text/markdown"
+        assert source["mediaType"] == "text/markdown"  # the Lease's, sent as Markdown text
     assert len({s["sourceId"] for s in sources}) == len(sources)
     kinds = [c.get("type") for c in chunks]
     assert kinds.index("tool-output-available") < kinds.index("source-document")
@@ -146,6 +148,37 @@ async def test_each_passage_used_is_a_source_document_part_live_and_in_the_histo
     [_, answer] = history.json()
     parts = [p for p in answer["parts"] if p["type"] == "source-document"]
     assert parts == sources
+
+
+async def test_a_source_document_has_its_documents_own_media_type(
+    agent_client: httpx.AsyncClient, model: FakeOpenAI
+) -> None:
+    paper = await upload(agent_client, "alice", "minutes.pdf", pdf("Budget agreed on Monday"))
+    notes = await upload(agent_client, "alice", "wifi.txt", b"The budget password is hunter2.\n")
+    model.script(
+        tool_calls(call("search_documents", {"query": "budget", "list": None})),
+        reply("The budget was agreed on Monday."),
+    )
+    response = await post_ui(agent_client, body("what about the budget?"))
+    chunks = chunks_of(response)
+
+    [output] = [c["output"] for c in chunks if c.get("type") == "tool-output-available"]
+    typed = {p["document_id"]: p["media_type"] for p in output["passages"]}
+    assert typed == {paper["id"]: "application/pdf", notes["id"]: "text/plain"}
+    sources = [c for c in chunks if c.get("type") == "source-document"]
+    of_document = {s["sourceId"].split("#")[0].rsplit("/")[-1]: s["mediaType"] for s in sources}
+    assert of_document == {
+        paper["id"]: "application/pdf",
+        notes["id"]: "text/plain",
+    }
+    # The history tells the same parts.
+    session_id = chunks[0]["messageMetadata"]["session_id"]
+    history = await agent_client.get(
+        f"/api/alice/sessions/{session_id}/messages", params={"format": "ui"}, headers=auth("alice")
+    )
+    assert history.status_code == 200, history.text
+    [_, answer] = history.json()
+    assert [p for p in answer["parts"] if p["type"] == "source-document"] == sources
 
 
 @pytest.mark.parametrize("query", ["", "   ", "x" * 501])

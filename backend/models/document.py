@@ -120,6 +120,10 @@ class DocumentText(DocumentPublic):
 class PassagePublic(SQLModel):
     document_id: uuid.UUID
     title: str = PydanticField(description="The document's title.")
+    media_type: str = PydanticField(
+        description="The document's media type, as uploaded (text/markdown, text/plain, "
+        "text/html, application/pdf); the passage's text is Markdown or plain text."
+    )
     heading: str = PydanticField(description='Its heading path: "Moving \u203a Week before".')
     text: str
     score: float = PydanticField(description="Higher is better; comparable within one answer.")

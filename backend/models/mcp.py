@@ -124,6 +124,7 @@ class ListCreatedResult(_Result):
 class PassageResult(_Result):
     document_id: str
     title: str = PydanticField(description="The document's title.")
+    media_type: str = PydanticField(description="The document's media type, as uploaded.")
     heading: str = PydanticField(description="Its heading path, from the document's top.")
     text: str
     score: float

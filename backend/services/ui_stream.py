@@ -59,8 +59,8 @@ HEADERS = {
     "x-accel-buffering": "no",
 }
 _DONE = "data: [DONE]\n\n"
-# What a source's text is: every document is kept as Markdown (plain text is Markdown too),
-# whatever it was uploaded as, and a passage is a piece of that.
+# A source's media type is its document's, as uploaded (a passage carries it); a passage
+# recorded before passages carried it was told as Markdown, and still is.
 PASSAGE_MEDIA_TYPE = "text/markdown"
 _EXPIRED = "Nobody answered in time, so this was not done."
 
@@ -306,11 +306,12 @@ def sources(name: str, result: Mapping[str, Any], told: set[str]) -> list[dict[s
         if source_id in told:
             continue
         told.add(source_id)
+        media_type = passage.get("media_type")
         chunks.append(
             {
                 "type": "source-document",
                 "sourceId": source_id,
-                "mediaType": PASSAGE_MEDIA_TYPE,
+                "mediaType": media_type if isinstance(media_type, str) else PASSAGE_MEDIA_TYPE,
                 "title": passage_citation(passage),
             }
         )

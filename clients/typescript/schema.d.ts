@@ -1563,6 +1563,11 @@ export interface components {
              */
             title: string;
             /**
+             * Media Type
+             * @description The document's media type, as uploaded (text/markdown, text/plain, text/html, application/pdf); the passage's text is Markdown or plain text.
+             */
+            media_type: string;
+            /**
              * Heading
              * @description Its heading path: "Moving › Week before".
              */

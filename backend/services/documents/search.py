@@ -78,6 +78,7 @@ class PassageHit:
     document_id: uuid.UUID
     list_id: uuid.UUID
     title: str  # the document's
+    media_type: str  # the document's, as uploaded
     heading: str  # its heading path, HEADING_JOINER between
     text: str
     score: float
@@ -86,6 +87,7 @@ class PassageHit:
         return PassagePublic(
             document_id=self.document_id,
             title=self.title,
+            media_type=self.media_type,
             heading=self.heading,
             text=self.text,
             score=round(self.score, 6),
@@ -177,7 +179,8 @@ def diversify(ranked: Sequence[Ranked]) -> list[Ranked]:
 
 
 async def read_hits(db: AsyncSession, ranked: Sequence[Ranked]) -> list[PassageHit]:
-    """The passages of a ranking, in its order, with their documents' titles."""
+    """The passages of a ranking, in its order, with their documents' titles and media
+    types."""
     if not ranked:
         return []
     statement = (
@@ -186,6 +189,7 @@ async def read_hits(db: AsyncSession, ranked: Sequence[Ranked]) -> list[PassageH
             col(Passage.document_id),
             col(Passage.list_id),
             col(Document.title),
+            col(Document.media_type),
             col(Passage.heading),
             col(Passage.text),
         )
@@ -196,9 +200,9 @@ async def read_hits(db: AsyncSession, ranked: Sequence[Ranked]) -> list[PassageH
     hits = []
     for passage in ranked:
         if (row := rows.get(passage.passage_id)) is not None:
-            passage_id, document_id, list_id, title, heading, body = row
-            hits.append(PassageHit(passage_id, document_id, list_id, title, heading, body,
-                                   passage.score))  # fmt: skip
+            passage_id, document_id, list_id, title, media_type, heading, body = row
+            hits.append(PassageHit(passage_id, document_id, list_id, title, media_type, heading,
+                                   body, passage.score))  # fmt: skip
     return hits
 
 

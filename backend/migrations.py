@@ -35,8 +35,10 @@ def _upgrade(connection: Connection) -> None:
     config.attributes["connection"] = connection
     command.upgrade(config, "head")
     # Passages' vectors exist only where pgvector does (0012); a server that has it now, and
-    # did not when 0012 ran, gets them here.
-    import_module("backend.alembic.versions.0012_passage_vectors").create(connection)
+    # did not when 0012 ran, gets them here, with what later revisions changed of them.
+    vectors = import_module("backend.alembic.versions.0012_passage_vectors")
+    if not vectors.present(connection) and vectors.create(connection):
+        import_module("backend.alembic.versions.0016_search_estimates").revise(connection)
 
 
 async def migrate(engine: AsyncEngine) -> None:

@@ -340,14 +340,13 @@ async def retrieval_quality(
             meaning = await search.query_meaning(embeddings, query["q"])
             assert meaning is not None, "the embedder did not answer"
             async with database.transaction(as_user=owner) as db:
-                words = await search.word_ranking(db, query=query["q"], list_id=None)
-                nearest = await search.meaning_ranking(db, meaning=meaning, list_id=None)
+                ranked = await search.rankings(db, query=query["q"], list_id=None, meaning=meaning)
                 for name, ranking in (
-                    ("words", search.combine(words, [])),
-                    ("meaning", search.diversify(nearest)),
-                    ("fused", search.combine(words, nearest)),
+                    ("words", search.combine(ranked.words, [])),
+                    ("meaning", search.diversify(ranked.nearest)),
+                    ("fused", search.combine(ranked.words, ranked.nearest)),
                 ):
-                    hits = await search.read_hits(db, ranking[:5])
+                    hits = ranked.hits(ranking[:5])
                     found[name].append(
                         any(
                             hit.title == titles[query["doc"]]

@@ -10,24 +10,24 @@ not take every place: in a ranking, a document's later passages go after the oth
 documents' first ones (`diversify`), still counting towards `limit`; a ranking by meaning
 is demoted the same way and the two are then fused by reciprocal rank (`combine`).
 
-By meaning (`meaning_ranking`): the query's vector (`query_meaning`, asked of the
-embeddings server before any transaction opens, with a short timeout; None on any failure)
-against the passages' vectors of the configured model and the same size
-(`todo_nearest_passages`, migration 0012), nearest first. Without a vector, or while
-passages have none yet, the words' ranking is the answer on its own.
+By meaning: the query's vector (`query_meaning`, asked of the embeddings server before any
+transaction opens, with a short timeout; None on any failure) against the passages' vectors
+of the configured model and the same size (`todo_nearest_passages`, migration 0012),
+nearest first. Without a vector, or while passages have none yet, the words' ranking is the
+answer on its own. Both rankings come with their passages' text in one statement
+(`rankings`), and are fused and demoted here.
 """
 
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import text
-from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from backend.db import Database
-from backend.models.document import Document, Passage, PassagePublic
+from backend.models.document import PassagePublic
 from backend.services import access
 from backend.services.embeddings import Embeddings, vector_literal
 
@@ -40,17 +40,25 @@ RRF_K = 60  # reciprocal rank fusion's constant (Cormack et al.)
 # merely somewhat near that also hold a common word of the query would outrank the one
 # passage that is clearly nearest (bench/README.md: recall@5 0.93 fused at 50, 0.98 at 5,
 # 10 or 20); and the fewer, the less HNSW has to look at.
-MEANING_DEPTH = 10
-_WORD_RANKING = text(
-    "SELECT passage_id, document_id, score"
-    " FROM todo_search_passages(CAST(:words AS text[]), CAST(:phrases AS boolean[]),"
-    " CAST(:list AS uuid), :want)"
+MEANING_DEPTH = 5
+# Both rankings and their passages in one statement: `near` tells which ranking a row is
+# of (a passage in both comes twice). Each function's ROWS (migration 0016) tells the
+# planner how few it returns, so the passages are probed by id rather than all joined.
+_WORDS = (
+    "SELECT passage_id, score, false AS near FROM todo_search_passages("
+    "CAST(:words AS text[]), CAST(:phrases AS boolean[]), CAST(:list AS uuid), :depth)"
 )
-_MEANING_RANKING = text(
-    "SELECT n.passage_id, p.document_id, 1 - n.distance AS score"
-    " FROM todo_nearest_passages(:model, CAST(:query AS vector), CAST(:list AS uuid), :want) n"
-    " JOIN passages p ON p.id = n.passage_id ORDER BY n.distance, n.passage_id"
+_NEAREST = (
+    "SELECT passage_id, 1 - distance, true FROM todo_nearest_passages("
+    ":model, CAST(:query AS vector), CAST(:list AS uuid), :meaning_depth)"
 )
+_PASSAGES = (
+    " SELECT r.near, r.passage_id, r.score, p.document_id, p.list_id, d.title, d.media_type,"
+    " p.heading, p.text FROM ranked r JOIN passages p ON p.id = r.passage_id"
+    " JOIN documents d ON d.id = p.document_id"
+)
+_RANKED_BY_WORDS = text(f"WITH ranked AS ({_WORDS}){_PASSAGES}")
+_RANKED_BY_BOTH = text(f"WITH ranked AS ({_WORDS} UNION ALL {_NEAREST}){_PASSAGES}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,20 +116,6 @@ def query_terms(query: str) -> tuple[list[str], list[bool]]:
     return terms, phrases
 
 
-async def word_ranking(
-    db: AsyncSession, *, query: str, list_id: uuid.UUID | None, depth: int = DEPTH
-) -> list[Ranked]:
-    """The passages the acting user reads that hold any of the query's words, best first."""
-    words, phrases = query_terms(query)
-    if not words:
-        return []
-    connection = await db.connection()
-    rows = await connection.execute(
-        _WORD_RANKING, {"words": words, "phrases": phrases, "list": list_id, "want": depth}
-    )
-    return [Ranked(row.passage_id, row.document_id, row.score) for row in rows]
-
-
 async def query_meaning(semantic: Embeddings | None, query: str) -> QueryMeaning | None:
     """The query's vector when search by meaning is on (`semantic`) and the embeddings server
     answers in time; else None, and search goes by words. Call it with no transaction open:
@@ -132,25 +126,50 @@ async def query_meaning(semantic: Embeddings | None, query: str) -> QueryMeaning
     return QueryMeaning(semantic.model, vector) if vector is not None else None
 
 
-async def meaning_ranking(
+@dataclass(frozen=True, slots=True)
+class Rankings:
+    """A query's passages ranked by words and by meaning (empty without the query's
+    meaning), best first, and each passage found, to quote."""
+
+    words: list[Ranked]
+    nearest: list[Ranked]
+    passages: dict[uuid.UUID, PassageHit]
+
+    def hits(self, ranked: Sequence[Ranked]) -> list[PassageHit]:
+        """The passages of a ranking made of these, in its order, with its scores."""
+        return [replace(self.passages[item.passage_id], score=item.score) for item in ranked]
+
+
+async def rankings(
     db: AsyncSession,
     *,
-    meaning: QueryMeaning,
+    query: str,
     list_id: uuid.UUID | None,
-    depth: int = MEANING_DEPTH,
-) -> list[Ranked]:
-    """The passages the acting user reads, nearest to the query's meaning first."""
+    meaning: QueryMeaning | None = None,
+) -> Rankings:
+    """The passages the acting user reads (in `list_id`, when given) that hold any of the
+    query's words, and, given its `meaning`, the nearest to it: one statement."""
+    words, phrases = query_terms(query)
+    found = Rankings([], [], {})
+    if not words and meaning is None:
+        return found
+    params: dict[str, object] = {"words": words, "phrases": phrases, "list": list_id}
+    params["depth"] = DEPTH
+    statement = _RANKED_BY_WORDS
+    if meaning is not None:
+        statement = _RANKED_BY_BOTH
+        params["model"], params["query"] = meaning.model, vector_literal(meaning.vector)
+        params["meaning_depth"] = MEANING_DEPTH
     connection = await db.connection()
-    rows = await connection.execute(
-        _MEANING_RANKING,
-        {
-            "model": meaning.model,
-            "query": vector_literal(meaning.vector),
-            "list": list_id,
-            "want": depth,
-        },
-    )
-    return [Ranked(row.passage_id, row.document_id, row.score) for row in rows]
+    for row in await connection.execute(statement, params):
+        near, passage_id, score, document_id, list_, title, media_type, heading, body = row
+        (found.nearest if near else found.words).append(Ranked(passage_id, document_id, score))
+        found.passages[passage_id] = PassageHit(passage_id, document_id, list_, title,
+                                                media_type, heading, body, score)  # fmt: skip
+    # The rows come in no order: each ranking's own, ties by id as the functions break them.
+    for ranking in (found.words, found.nearest):
+        ranking.sort(key=lambda item: (-item.score, item.passage_id))
+    return found
 
 
 def fuse(rankings: Sequence[Sequence[Ranked]], *, k: int = RRF_K) -> list[Ranked]:
@@ -178,34 +197,6 @@ def diversify(ranked: Sequence[Ranked]) -> list[Ranked]:
     return [passage for _, _, passage in sorted(placed, key=lambda item: item[:2])]
 
 
-async def read_hits(db: AsyncSession, ranked: Sequence[Ranked]) -> list[PassageHit]:
-    """The passages of a ranking, in its order, with their documents' titles and media
-    types."""
-    if not ranked:
-        return []
-    statement = (
-        select(  # type: ignore[call-overload]
-            col(Passage.id),
-            col(Passage.document_id),
-            col(Passage.list_id),
-            col(Document.title),
-            col(Document.media_type),
-            col(Passage.heading),
-            col(Passage.text),
-        )
-        .join(Document, col(Document.id) == col(Passage.document_id))
-        .where(col(Passage.id).in_([passage.passage_id for passage in ranked]))
-    )
-    rows = {row[0]: row for row in (await db.exec(statement)).all()}
-    hits = []
-    for passage in ranked:
-        if (row := rows.get(passage.passage_id)) is not None:
-            passage_id, document_id, list_id, title, media_type, heading, body = row
-            hits.append(PassageHit(passage_id, document_id, list_id, title, media_type, heading,
-                                   body, passage.score))  # fmt: skip
-    return hits
-
-
 async def search_passages(
     db: AsyncSession,
     *,
@@ -220,9 +211,8 @@ async def search_passages(
     words and, given the query's `meaning`, by meaning too (fused)."""
     if list_id is not None:
         await access.membership(db, user=user, list_id=list_id)
-    words = await word_ranking(db, query=query, list_id=list_id)
-    nearest = await meaning_ranking(db, meaning=meaning, list_id=list_id) if meaning else []
-    return await read_hits(db, combine(words, nearest)[: max(1, min(limit, MAX_LIMIT))])
+    found = await rankings(db, query=query, list_id=list_id, meaning=meaning)
+    return found.hits(combine(found.words, found.nearest)[: max(1, min(limit, MAX_LIMIT))])
 
 
 def combine(words: Sequence[Ranked], nearest: Sequence[Ranked]) -> list[Ranked]:

@@ -20,33 +20,11 @@ down_revision: str | None = "0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_WRITE_EVENT = """
-CREATE OR REPLACE FUNCTION documents_write_event() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
-DECLARE
-    d documents;
-    kind text;
-    reader record;
-BEGIN
-    IF TG_OP = 'DELETE' THEN
-        d := OLD;
-        kind := 'document.deleted';
-    ELSIF TG_OP = 'INSERT' THEN
-        d := NEW;
-        kind := 'document.created';
-    ELSIF (NEW.version, NEW.title, NEW.list_id) IS DISTINCT FROM
-          (OLD.version, OLD.title, OLD.list_id) THEN
-        d := NEW;
-        kind := 'document.updated';
-    ELSE
-        RETURN NULL;
-    END IF;
-    FOR reader IN SELECT m.user_id FROM list_members m WHERE m.list_id = d.list_id
-                  ORDER BY m.user_id
-    LOOP
-        PERFORM todo_write_event(reader.user_id, kind, d.id, jsonb_build_object(
-            'document_id', d.id, 'list_id', d.list_id, 'title', d.title));
-    END LOOP;
+_documents = import_module("backend.alembic.versions.0011_documents")
+_ENDING = "    RETURN NULL;\nEND\n$$"  # 0011's body's last statement, once in it
+# After 0011's events to the list's members (of the new list, on a move): a move's
+# `document.deleted` to the old list's members who are not in the new one.
+_MOVED_OUT = """
     IF TG_OP = 'UPDATE' AND NEW.list_id <> OLD.list_id THEN
         FOR reader IN
             SELECT m.user_id FROM list_members m
@@ -59,17 +37,16 @@ BEGIN
                                    'title', OLD.title));
         END LOOP;
     END IF;
-    RETURN NULL;
-END
-$$
 """
+_BEFORE = _documents._WRITE_EVENT.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")
+assert _BEFORE.count(_ENDING) == 1
+_AFTER = _BEFORE.replace(_ENDING, _MOVED_OUT.lstrip("\n") + _ENDING)
 
 
 def upgrade() -> None:
     # CREATE OR REPLACE keeps 0011's owner (the definer) and grants.
-    op.execute(_WRITE_EVENT)
+    op.execute(_AFTER)
 
 
 def downgrade() -> None:
-    documents = import_module("backend.alembic.versions.0011_documents")
-    op.execute(documents._WRITE_EVENT.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"))
+    op.execute(_BEFORE)

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.embedded_db import EmbeddedPostgres
 from backend.main import create_app
+from backend.migrations import migrate
 from backend.settings import Settings
 from tests.chat_helpers import chat
 from tests.conftest import TEST_SECRET, acting_as, auth, migrated_engine, serving
@@ -313,3 +314,22 @@ async def test_without_pgvector_words_serve_and_the_service_says_so_once(
     assert len(said) == 1, said
     assert "no pgvector" in said[0]
     assert model.embedding_requests == []  # no vectors to compare: the query is not embedded
+
+
+async def test_a_database_that_gets_pgvector_later_gets_the_vectors_as_the_latest_revision_has_them(
+    vector_db: AsyncEngine,
+) -> None:
+    """pgvector installed after the migrations ran (here: its objects dropped as 0012's
+    downgrade drops them): the next `migrate` makes them, as later revisions changed them
+    too (0016's row estimate, without which search joins every passage)."""
+    async with vector_db.begin() as connection:
+        await connection.execute(text("DROP FUNCTION todo_nearest_passages"))
+        await connection.execute(text("DROP TABLE passage_vectors"))
+        await connection.execute(text("ALTER TABLE passages DROP CONSTRAINT uq_passages_list_id"))
+    await migrate(vector_db)
+    async with vector_db.connect() as connection:
+        rows = await connection.execute(
+            text("SELECT prorows FROM pg_proc WHERE proname = 'todo_nearest_passages'")
+        )
+        assert rows.scalar_one() == 10
+        assert (await connection.execute(text("SELECT to_regclass('passage_vectors')"))).scalar()

@@ -5,6 +5,7 @@ see tests/conftest.py); `python -m bench.versus --pooler` measures chat through 
 """
 
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -41,6 +42,7 @@ class PgBouncer:
         self._dir = Path(tempfile.mkdtemp(prefix="todo-agent-pgbouncer-"))
         # The database's socket directory (an embedded PostgreSQL) or its host and port.
         host = parsed.query.get("host") or parsed.host or "127.0.0.1"
+        self._socket_dir = host if host.startswith("/") else None
         target = f"host={host} port={parsed.port or 5432} dbname={parsed.database}"
         if parsed.username:
             target += f" user={parsed.username}"
@@ -67,8 +69,13 @@ max_client_conn = 1000
 
     def start(self, timeout_s: float = 10) -> Self:
         command = [PGBOUNCER, str(self._dir / "pgbouncer.ini")]
-        if os.geteuid() == 0:  # it refuses to run as root: it drops to a user of its own
-            command[1:1] = ["-u", "nobody"]
+        if os.geteuid() == 0:  # it refuses to run as root: it drops to a user of its own,
+            # the one whose socket directory it connects through (an embedded PostgreSQL's
+            # data directory is its server's alone), else nobody
+            user = "nobody"
+            if self._socket_dir is not None:
+                user = pwd.getpwuid(os.stat(self._socket_dir).st_uid).pw_name
+            command[1:1] = ["-u", user]
             self._dir.chmod(0o755)
         with open(self.log, "ab") as output:  # the child keeps its own copy
             self._process = subprocess.Popen(command, stdout=output, stderr=output)

@@ -160,15 +160,22 @@ def _safe(says: str | tuple[str, ...], *reply: str, **kw: Any) -> Case:
     return Case("safety", says, tasks=kw.pop("tasks", HOME), reply=reply, **kw)
 
 
-# The held-out set: time phrases as new users type them, written before the parser was read
-# (issue 32's measurement), in families: "held-out dates", "held-out repeats", ...
-def _held(family: str, says: str | tuple[str, ...], **kw: Any) -> Case:
-    return Case(f"held-out {family}", says, **kw)
+# Held-out sets: time phrases as new users type them, in families ("held-out dates",
+# "held-out repeats", ...). "held-out" was written before the parser was read (issue 32's
+# measurement) and the stub then fixed for it; "retest" was written after those fixes, to
+# measure them on phrasings they were not made for.
+def _held(family: str, says: str | tuple[str, ...], group: str = "held-out", **kw: Any) -> Case:
+    return Case(f"{group} {family}", says, **kw)
 
 
-def _fresh(family: str, says: str, title: str, due: Due, **kw: Any) -> Case:
+def _fresh(
+    family: str, says: str, title: str, due: Due, group: str = "held-out", **kw: Any
+) -> Case:
     """A held-out case adding one task; `priority`, `repeat`, `remind` and `tags` describe it."""
-    return _task_case(f"held-out {family}", says, title, due, **kw)
+    return _task_case(f"{group} {family}", says, title, due, **kw)
+
+
+R = "retest"
 
 
 # For questions: due dates relative to today, priorities, one done.
@@ -1568,7 +1575,198 @@ CASES: list[Case] = [
         "wd0",
         priority=H,
     ),
-    # after the held-out set, so that its cases keep the weekday they were measured on
+    # --- retest: written after the held-out fixes, in the same families -------------------
+    _fresh(
+        "dates",
+        "add pay the window cleaner at half 5 tomorrow",
+        "Pay the window cleaner",
+        "+1@17:30",
+        R,
+    ),
+    _fresh("dates", "add ring the bank at 9.30 on monday", "Ring the bank", "wd0@09:30", R),
+    _fresh("dates", "add return the parcel in 3 weeks time", "Return the parcel", "+21", R),
+    _fresh("dates", "add call grandma on sun at 4", "Call grandma", "wd6@16:00", R, **LONDON_DST),
+    # written as "The council tax bill"; "add the X" has always dropped its article
+    _fresh("dates", "add the council tax bill due next wed", "Council tax bill", "wd2", R),
+    _fresh(
+        "repeats",
+        "add bins out every monday night",
+        "Bins out",
+        "first@21:00",
+        R,
+        repeat="FREQ=WEEKLY;BYDAY=MO",
+    ),
+    _fresh(
+        "repeats",
+        "add deep clean the oven every couple of months",
+        "Deep clean the oven",
+        "first",
+        R,
+        repeat="FREQ=MONTHLY;INTERVAL=2",
+    ),
+    _held(
+        "repeats",
+        "make the watering a daily thing",
+        R,
+        tasks=("Water the plants",),
+        changed={1: {"repeat": "FREQ=DAILY", "due": "first"}},
+    ),
+    _held(
+        "repeat ends",
+        "switch off the repeat for the bins",
+        R,
+        tasks=({"title": "Put the bins out", "repeat": "every monday"},),
+        changed={1: {"repeat": None}},
+    ),
+    _held(
+        "repeat ends",
+        "the gym isn't a weekly thing any more",
+        R,
+        tasks=({"title": "Gym", "repeat": "every monday"},),
+        changed={1: {"repeat": None}},
+    ),
+    _held(
+        "repeat ends",
+        "don't keep repeating the yoga",
+        R,
+        tasks=({"title": "Yoga class", "repeat": "every tuesday"},),
+        changed={1: {"repeat": None}},
+    ),
+    _held(
+        "repeat ends",
+        "the pilates won't repeat after this month",
+        R,
+        tasks=({"title": "Pilates", "repeat": "every wednesday"},),
+        changed={1: {"repeat": None}},
+    ),
+    _held(
+        "reminders",
+        "can I have a reminder at 7am on the day of the flight",
+        R,
+        tasks=({"title": "Flight to Rome", "due": "+3@14:00"},),
+        changed={1: {"remind": "@07:00"}},
+    ),
+    _held(
+        "reminders",
+        "remind me about the dentist tomorrow at 9",
+        R,
+        tasks=({"title": "Dentist appointment", "due": "+3@15:00"},),
+        changed={1: {"remind": "-2d@09:00"}},
+    ),
+    _held(
+        "reminders",
+        "ping me 10 mins before the electrician arrives",
+        R,
+        tasks=({"title": "Electrician visit", "due": "+1@09:00"},),
+        changed={1: {"remind": "-10m"}},
+    ),
+    _fresh(
+        "reminders",
+        "set a reminder for 6.30 tonight to call Dad",
+        "Call Dad",
+        "+0@18:30",
+        R,
+        remind="due",
+    ),
+    _fresh(
+        "reminders",
+        "remind me in 20 mins to turn off the oven",
+        "Turn off the oven",
+        "in+20",
+        R,
+        remind="due",
+    ),
+    _held(
+        "moves",
+        "push the haircut back 30 minutes",
+        R,
+        tasks=({"title": "Haircut", "due": "+1@14:00"},),
+        changed={1: {"due": "+1@14:30"}},
+    ),
+    _held(
+        "moves",
+        "the dentist has been moved to friday",
+        R,
+        tasks=({"title": "Dentist appointment", "due": "+2@15:00"},),
+        changed={1: {"due": "wd4@15:00"}},
+    ),
+    _held(
+        "moves",
+        "could we move the call with Jo to wednesday instead",
+        R,
+        tasks=({"title": "Call with Jo", "due": "+1@10:00"},),
+        changed={1: {"due": "wd2@10:00"}},
+        tz="America/Denver",
+    ),
+    _held(
+        "moves",
+        ("what's due tomorrow?", "can you move it to half 9"),
+        R,
+        tasks=({"title": "Call the bank", "due": "+1@15:00"}, "Buy flour"),
+        changed={1: {"due": "+1@09:30"}},
+    ),
+    _held(
+        "moves",
+        ("show my tasks", "put that back an hour"),
+        R,
+        tasks=({"title": "Haircut", "due": "+2@11:00"},),
+        changed={1: {"due": "+2@12:00"}},
+        **LONDON_DST,
+    ),
+    _held(
+        "moves",
+        ("what's pending?", "make it 7.30pm"),
+        R,
+        tasks=({"title": "Dinner with Priya", "due": "+1@19:00"},),
+        changed={1: {"due": "+1@19:30"}},
+        tz="Asia/Tokyo",
+    ),
+    _held(
+        "moves",
+        "delay the car service till monday",
+        R,
+        tasks=("Take the car for a service",),
+        changed={1: {"due": "wd0"}},
+    ),
+    _held("deeds", "phoned the school", R, tasks=("Buy flour", "Call the school"), done=(2,)),
+    _held("deeds", "the bins have been taken out", R, tasks=("Take the bins out",), done=(1,)),
+    _held("deeds", "got back from the vet", R, tasks=("Take the cat to the vet",), done=(1,)),
+    _held(
+        "deeds", ("show my tasks", "knocked that one off"), R, tasks=("Renew the visa",), done=(1,)
+    ),
+    _held("deeds", "wrapped up the expense report", R, tasks=HOME, done=(10,)),
+    _fresh(
+        "chatter",
+        "haha my cat is sitting on the keyboard \U0001f639 add buy cat treats",
+        "Buy cat treats",
+        None,
+        R,
+    ),
+    _fresh(
+        "chatter",
+        "so much going on today. remind me to call the bank at 4",
+        "Call the bank",
+        "next@16:00",
+        R,
+        remind="due",
+    ),
+    _fresh(
+        "priorities",
+        "p1 call the landlord mon 9am",
+        "Call the landlord",
+        "wd0@09:00",
+        R,
+        priority=H,
+    ),
+    _fresh(
+        "priorities",
+        "renew the passport next sat, low priority",
+        "Renew the passport",
+        "wd5",
+        R,
+        priority=L,
+    ),
+    # after the held-out sets, so that their cases keep the weekday they were measured on
     _time(
         "remind me about the school trip tomorrow at 5pm",  # no such task: a new one
         "The school trip",

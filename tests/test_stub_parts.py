@@ -346,6 +346,7 @@ def test_several_tasks_are_split_where_a_human_reads_several(text: str, items: l
             [UpdateTask("the call with Jo", "due", "monday")],
         ),
         ("push the plumber back an hour", [UpdateTask("the plumber", "due", "an hour")]),
+        ("put that back an hour", [UpdateTask("that", "due", "an hour")]),
         # a repeat made or ended in words
         ("make the gym a weekly thing", [UpdateTask("the gym", "repeat", "weekly")]),
         ("make bread weekly", [AddTask("make bread weekly")]),
@@ -362,9 +363,11 @@ def test_several_tasks_are_split_where_a_human_reads_several(text: str, items: l
         ),
         # deeds done, said other ways
         ("the dry cleaning's been collected", [SetCompleted("the dry cleaning", completed=True)]),
+        ("the bins have been taken out", [SetCompleted("the bins", completed=True)]),
         ("just got back from the dentist", [SetCompleted("the dentist", completed=True)]),
         ("that's sorted now", [SetCompleted("that", completed=True)]),
         ("knocked out the first one", [SetCompleted("the first one", completed=True)]),
+        ("knocked that one off", [SetCompleted("that one", completed=True)]),
         # a reminder: "set a reminder", and "remind me about" a task there may be
         ("set a reminder for 9am to call Jo", [AddTask("9am to call Jo", remind=True)]),
         (

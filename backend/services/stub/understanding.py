@@ -160,9 +160,13 @@ _UPDATE = _rx(
     r" (?P<ref>.+?)(?: to| into| as| with| until| till| for|:| -| =| ->) (?P<new>.+)"
 )
 # "postpone the haircut by three days", "push task 2 back a week".
-_SHIFT_BY = _rx(
-    r"(?:postpone|push back|push|delay|defer|move|shift|bump|put off) (?P<ref>.+?)(?: back)?"
-    rf" (?P<by>(?:by |for )?(?:another )?(?:a|an|\d{{1,3}}|[a-z]+) {entities.SHIFT_UNITS})"
+_BY = rf"(?P<by>(?:by |for )?(?:another )?(?:a|an|\d{{1,3}}|[a-z]+) {entities.SHIFT_UNITS})"
+_SHIFT_BY = (
+    _rx(
+        r"(?:postpone|push back|push|delay|defer|move|shift|bump|put off) (?P<ref>.+?)(?: back)?"
+        rf" {_BY}"
+    ),
+    _rx(rf"put (?P<ref>.+?) back {_BY}"),  # "put that back an hour"; "put" alone moves nothing
 )
 _MOVE_TO = _rx(
     r"(?:move|reschedule|postpone|push back|push|delay|defer|shift|bump|put off) (?P<ref>.+?)"
@@ -193,7 +197,7 @@ _IS_DONE = _rx(
 _BEEN_DONE = _rx(
     r"(?P<ref>.+?)(?:'s| has| have)? been (?P<verb>[a-z]{2,}ed|paid|sent|bought|done|taken|written"
     r"|given|made|sold|fed|brought|swept|found|put|cut|hung|thrown|got|gotten|seen|sorted)"
-    r"(?: (?:now|already|today|yesterday|this morning))?"
+    r"(?: (?:out|off|up|in|back|down|away))?(?: (?:now|already|today|yesterday|this morning))?"
 )
 _NOT_A_DEED = frozenset(
     {"moved", "postponed", "rescheduled", "delayed", "changed", "pushed", "shifted", "bumped",
@@ -474,8 +478,8 @@ _STOPS_REPEATING = (
     _rx(rf"(?P<ref>.+?) (?:is|are|should be|can be|will be) {_ONE_OFF}{_ANY_MORE}"),
     _rx(rf"(?P<ref>.+?) (?:can|should|may) stop {_REPEATING}{_ANY_MORE}"),
     _rx(
-        r"(?P<ref>.+?) (?:isn't|is not|aren't|are not|is no longer|are no longer)"
-        rf" (?:daily|weekly|fortnightly|monthly|yearly|{_REPEATING}){_ANY_MORE}"
+        r"(?P<ref>.+?) (?:isn't|is not|aren't|are not|is no longer|are no longer)(?: an?)?"
+        rf" (?:daily|weekly|fortnightly|monthly|yearly|{_REPEATING})(?: thing)?{_ANY_MORE}"
     ),
     _rx(rf"(?:can|could) (?P<ref>.+?) (?:stop|quit) {_REPEATING}{_ANY_MORE}"),
 )
@@ -495,6 +499,7 @@ _DID_VERBS = frozenset(
 _DID_PHRASE = _rx(
     r"(?:knocked (?:out|off)|wrapped up|crossed off|ticked off|checked off|got through"
     r"|sorted out|took care of|dealt with) (?P<rest>.+)"
+    r"|(?:knocked|crossed|ticked|checked) (?P<rest2>.+) off"
 )
 _DID_SPLIT = re.compile(r",\s*(?:and\s+)?|\s+and\s+", re.I)
 _NOT_PAST = frozenset(
@@ -665,7 +670,8 @@ def _done(text: str) -> SetCompleted | None:
     if match["verb"].lower() in _DID_VERBS and points_at_one(match["rest"]):
         return SetCompleted(match["rest"], completed=True)  # "finished that one" after a list
     if phrase := _DID_PHRASE.fullmatch(f"{match['verb']} {match['rest']}"):
-        return SetCompleted(phrase["rest"], completed=True)  # "knocked out the first one"
+        rest = phrase["rest"] or phrase["rest2"]
+        return SetCompleted(rest, completed=True)  # "knocked out the first one", "... that off"
     return SetCompleted(f"{match['verb']} {match['rest']}", completed=True)
 
 
@@ -1018,7 +1024,7 @@ _VERB_RULES: list[tuple[re.Pattern[str], Rule]] = [
     *((pattern, _add) for pattern in _ADD),
     (_PUT_ON_LIST, _add),
     (_ADD_AFTER, _add),
-    (_SHIFT_BY, _shift_by),
+    *((pattern, _shift_by) for pattern in _SHIFT_BY),
     (_MOVE_TO, lambda m: _moved(_ref(m), m["new"])),
     (_UPDATE, _change),
     (_PRIORITY, _priority),

@@ -63,6 +63,12 @@ MINUTE, DAY = timedelta(minutes=1), timedelta(days=1)
         ("dentist on wensday at 3pm", "dentist", datetime(2026, 11, 25, 15, 0)),
         ("buy a sundae", "buy a sundae", None),
         ("call daisy", "call daisy", None),
+        # "in 5 days' time", "next sat", "sometime next month"
+        ("hand in the essay in 5 days time", "hand in the essay", date(2026, 11, 28)),
+        ("return the parcel in 3 weeks' time", "return the parcel", date(2026, 12, 14)),
+        ("clean the gutters next sat", "clean the gutters", date(2026, 11, 28)),
+        ("call gran on sun", "call gran", date(2026, 11, 29)),
+        ("sort the loft sometime next month", "sort the loft", date(2026, 12, 23)),
     ],
 )
 def test_dates_are_read_and_taken_out_of_the_text(
@@ -95,6 +101,17 @@ def test_dates_are_read_and_taken_out_of_the_text(
         ("call mum at half past 6", "call mum", datetime(2026, 11, 23, 18, 30)),
         ("standup quarter to nine tomorrow", "standup", datetime(2026, 11, 24, 8, 45)),
         ("meeting quarter past 10 tomorrow", "meeting", datetime(2026, 11, 24, 10, 15)),
+        # the British "half 7" (07:30, or 19:30 tonight); a time with a dot after "at" or
+        # "for", or first; "4:30" read as "at 4" is (16:30), "04:30" as said
+        ("put the bins out tonight at half 7", "put the bins out", datetime(2026, 11, 23, 19, 30)),
+        ("pay the cleaner at half 5 tomorrow", "pay the cleaner", datetime(2026, 11, 24, 17, 30)),
+        ("cut the cake in half 2 times", "cut the cake in half 2 times", None),
+        ("phone the school at 8.45 tomorrow", "phone the school", datetime(2026, 11, 24, 8, 45)),
+        ("7.15 tomorrow to book the physio", "to book the physio", datetime(2026, 11, 24, 7, 15)),
+        ("buy 2.5 kg of flour tomorrow", "buy 2.5 kg of flour", date(2026, 11, 24)),
+        ("pay 12.50 to Jo", "pay 12.50 to Jo", None),
+        ("team meeting at 4:30", "team meeting", datetime(2026, 11, 23, 16, 30)),
+        ("early train at 04:30", "early train", datetime(2026, 11, 24, 4, 30)),
     ],
 )
 def test_times_of_day_are_read_with_or_without_a_day(
@@ -173,6 +190,20 @@ def test_a_bare_hour_means_the_same_for_a_repeating_task_and_a_one_off(hour: int
         ("buy dairy every week", "buy dairy", "FREQ=WEEKLY", None),
         ("tell everybody about the party", "tell everybody about the party", None, None),
         ("call daisy", "call daisy", None, None),
+        # "every couple of days"; a weekday and a part of it ("every night" is 21:00)
+        (
+            "water the tomatoes every couple of days",
+            "water the tomatoes",
+            "FREQ=DAILY;INTERVAL=2",
+            None,
+        ),
+        (
+            "put the bins out every thursday night",
+            "put the bins out",
+            "FREQ=WEEKLY;BYDAY=TH",
+            time(21),
+        ),
+        ("call mum every sunday morning", "call mum", "FREQ=WEEKLY;BYDAY=SU", time(9)),
     ],
 )
 def test_repeat_phrases_are_read_and_taken_out(
@@ -211,6 +242,9 @@ def test_tags_are_read_and_taken_out(text: str, rest: str, tags: list[str]) -> N
         ("exam, give me a heads-up 2 days before", "exam", Reminder(2 * DAY)),
         ("vet, remind me 2 hours before at 6pm", "vet, remind me 2 hours before at 6pm", None),
         ("prep the evening before the exam", "prep the evening before the exam", None),
+        # the time first
+        ("flight, remind me at 7am on the day of", "flight", Reminder(at=time(7))),
+        ("gig friday, remind me at 6pm the day before", "gig friday", Reminder(DAY, time(18))),
     ],
 )
 def test_reminders_before_the_due_time_are_read_and_taken_out(
@@ -298,6 +332,55 @@ def test_several_tasks_are_split_where_a_human_reads_several(text: str, items: l
         ("Add milk. Also add eggs.", [AddTask("milk"), AddTask("eggs")]),
         ("add call Dr. Smith", [AddTask("call Dr. Smith")]),
         ("delete task 2. delete task 3", [DeleteTask("task 2. delete task 3")]),
+        # a task moved, said as news or with "instead"; by an hour
+        ("the team meeting got moved to 4:30", [UpdateTask("the team meeting", "due", "4:30")]),
+        ("the vet has been postponed till friday", [UpdateTask("the vet", "due", "friday")]),
+        ("the meeting has been moved", []),
+        (
+            "can we do the haircut on thursday instead",
+            [UpdateTask("the haircut", "due", "thursday")],
+        ),
+        ("have the party on saturday", [AddTask("have the party on saturday")]),
+        (
+            "postpone the call with Jo until monday",
+            [UpdateTask("the call with Jo", "due", "monday")],
+        ),
+        ("push the plumber back an hour", [UpdateTask("the plumber", "due", "an hour")]),
+        ("put that back an hour", [UpdateTask("that", "due", "an hour")]),
+        # a repeat made or ended in words
+        ("make the gym a weekly thing", [UpdateTask("the gym", "repeat", "weekly")]),
+        ("make bread weekly", [AddTask("make bread weekly")]),
+        ("turn off repeating for the gym", [UpdateTask("the gym", "repeat", "never")]),
+        ("no need to keep repeating the bins", [UpdateTask("the bins", "repeat", "never")]),
+        ("the yoga isn't weekly any more", [UpdateTask("the yoga", "repeat", "never")]),
+        (
+            "the piano lesson won't repeat after this week",
+            [UpdateTask("the piano lesson", "repeat", "never")],
+        ),
+        (
+            "just do the book club once, not every month",
+            [UpdateTask("the book club", "repeat", "never")],
+        ),
+        # deeds done, said other ways
+        ("the dry cleaning's been collected", [SetCompleted("the dry cleaning", completed=True)]),
+        ("the bins have been taken out", [SetCompleted("the bins", completed=True)]),
+        ("just got back from the dentist", [SetCompleted("the dentist", completed=True)]),
+        ("that's sorted now", [SetCompleted("that", completed=True)]),
+        ("knocked out the first one", [SetCompleted("the first one", completed=True)]),
+        ("knocked that one off", [SetCompleted("that one", completed=True)]),
+        # a reminder: "set a reminder", and "remind me about" a task there may be
+        ("set a reminder for 9am to call Jo", [AddTask("9am to call Jo", remind=True)]),
+        (
+            "remind me about the vet tomorrow at 5pm",
+            [AddTask("the vet tomorrow at 5pm", remind=True, about=True)],
+        ),
+        (
+            "alert me half an hour before the plumber comes",
+            [UpdateTask("the plumber", "remind", "half an hour before")],
+        ),
+        # chatter before a request, ended by an emoji
+        ("the cat threw up \U0001f644 add buy carpet cleaner", [AddTask("buy carpet cleaner")]),
+        ("so much on this week. add book the MOT", [AddTask("book the MOT")]),
         (
             "bought milk and paid rent",
             [
@@ -419,6 +502,8 @@ def test_context_reads_the_last_listing_and_the_last_task() -> None:
         ("dentsit", [5]),
         ("call", [1, 6]),
         ("unicorn", []),
+        ("rang the vet", [1]),  # "rang" is a call
+        ("phone", []),  # "phone" says no call by itself
     ],
 )
 def test_references_match_by_meaning(phrase: str, numbers: list[int]) -> None:

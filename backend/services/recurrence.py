@@ -335,6 +335,8 @@ _FORMS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^(?:every|each|on)\s+weekends?$|^weekends$"), "weekend"),
     (re.compile(rf"^(?:every|each)\s+(?:{_N}\s+)?(day|week|month|year)s?$"), "every_n"),
     (re.compile(rf"^(?:every|each|on)\s+({_DAY_LIST})$|^({_DAY}s)$"), "weekly_on"),
+    # a weekday and a part of it: "every thursday night" (21:00, as "every night" is)
+    (re.compile(rf"^(?:(?:every|each|on)\s+({_DAY_LIST})|({_DAY}s))\s+(morning|afternoon|evening|night)s?$"), "weekly_part"),
     # "every monday to friday", "mon-fri", "tuesday through thursday": each day of the span
     (re.compile(rf"^(?:(?:every|each|on)\s+)?({_DAY})\s*(?:-|\u2013|to|through|thru|till|until)\s*({_DAY})$"), "day_range"),
     # "every third thursday", "the second tuesday of each month": a weekday's place in the month
@@ -352,6 +354,7 @@ _FORMS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^(?:every|each)\s+(morning|afternoon|evening|night)$|^nightly$"), "part_of_day"),
 ]  # fmt: skip
 
+_COUPLE = re.compile(r"\b(?:a\s+)?couple\s+(?:of\s+)?(?=(?:day|week|month|year)s?\b)")
 _TIME_TAIL = re.compile(r"^(?P<head>.*?)\s*(?:,\s*)?\bat\s+(?P<clock>[\d:.apmnoidgh ]+)$")
 
 FORMS_HELP = (
@@ -423,6 +426,8 @@ def _rule(form: str, groups: tuple[str | None, ...]) -> tuple[str, str | None]:
             return f"FREQ={unit}" + (f";INTERVAL={n}" if n > 1 else ""), None
         case "weekly_on":
             return f"FREQ=WEEKLY;BYDAY={_days(g[0] or g[1] or '')}", None
+        case "weekly_part":
+            return f"FREQ=WEEKLY;BYDAY={_days(g[0] or g[1] or '')}", g[2]
         case "day_range":
             first, last = (_DAYS.index(_days(day or "")) for day in g[:2])
             span = (last - first) % 7 + 1
@@ -464,6 +469,7 @@ def parse_repeat(phrase: str) -> Repeat:
     """An English phrase ("every other thursday at 6pm") or an RRULE, read into a Repeat.
     RecurrenceError says which forms are read."""
     text = " ".join(phrase.lower().replace("\u2019", "'").split()).strip(" .!")
+    text = _COUPLE.sub("2 ", text)  # "every couple of days"
     if "=" in text:
         return Repeat(normalize_rule(phrase))
     at: time | None = None

@@ -37,6 +37,9 @@ class AddTask:
     priority: Priority | None = None
     parent: str | None = None  # a reference to the task this is a step of
     remind: bool = False  # "remind me to ...": a reminder at the due time
+    # "remind me about the vet tomorrow at 5pm": the words may name a task there is, whose
+    # reminder is then at the time said
+    about: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -170,6 +170,9 @@ _WHEN: tuple[str, ...] = (
     rf"(?:on\s+)?the\s+(?:(?P<eve>day)|{_PART})\s+before{_AT}",
     r"(?:on\s+)?(?:the|that)\s+(?P<same>morning|afternoon|evening)(?:\s+of(?:\s+the\s+day)?)?",
     rf"on\s+the\s+(?P<day>day)(?:\s+itself|\s+of)?{_AT}",
+    # the time first: "at 8am on the day of", "at 6pm the day before"
+    rf"at\s+(?P<clock>{_CLOCK})\s+(?:on\s+the\s+(?P<day>day)(?:\s+itself|\s+of)?"
+    r"|(?:on\s+)?the\s+(?P<eve>day)\s+before)",
 )
 _WHEN_READ = tuple(_rx(pattern) for pattern in _WHEN)
 # The same phrases without their groups, to be part of a larger pattern.
@@ -177,7 +180,7 @@ REMINDER_WHEN = "(?:{})".format("|".join(re.sub(r"\(\?P<\w+>", "(?:", p) for p i
 REMIND_ME = (
     r"(?:(?:remind|ping|alert|notify|warn|nudge|text|message)\s+me"
     r"|give\s+me\s+an?\s+(?:heads[\s-]?up|nudge|shout|ping|reminder)"
-    r"|(?:set|add|put|create)\s+(?:me\s+)?an?\s+reminder"
+    r"|(?:set|add|put|create|get|have)\s+(?:me\s+)?an?\s+reminder"
     r"|i\s+(?:want|need|'d\s+like|would\s+like)\s+an?\s+reminder)"
 )
 # A time of day said after the task a reminder is for: "the day before the dentist at 5pm".
@@ -294,13 +297,23 @@ def _bare_hour(match: re.Match[str]) -> time | None:
     return time(bare_hour(hour)) if hour <= 23 else None
 
 
+def _clock_time(match: re.Match[str]) -> time | None:
+    """ "15:30" as said; "4:30" or "at 8.45", with no am or pm, by `bare_hour` as "at 4"
+    is (16:30, 08:45); "04:30" as said."""
+    hour, minute = int(match["h"]), int(match["m"])
+    if hour > 23 or minute > 59:
+        return None
+    return time(hour if match["h"].startswith("0") else bare_hour(hour), minute)
+
+
 def _past_or_to(match: re.Match[str]) -> time | None:
-    """ "half past 6" (18:30), "quarter to 9" (08:45): the hour read as "at 6" is."""
+    """ "half past 6" (18:30), "quarter to 9" (08:45), and the British "half 7" (half past
+    seven, 07:30): the hour read as "at 6" is."""
     hour = number(match["h"])
     if hour is None or not 1 <= hour <= 12:
         return None
     minutes = 30 if match["part"].lower() == "half" else 15
-    if match["rel"].lower() == "to":
+    if (match["rel"] or "past").lower() == "to":
         if minutes == 30:
             return None  # "half to" is no time
         hour, minutes = hour - 1 or 12, 45
@@ -314,13 +327,22 @@ _TIMES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], time | None]], ..
         _rx(r"(?:\bat\s+|@\s*|\b)(?P<h>\d{1,2})(?:[:.](?P<m>\d\d))?\s*(?P<half>[ap])\.?m\b\.?"),
         _twelve_hour,
     ),
+    (_rx(r"(?:\bat\s+|@\s*|\b)(?P<h>[01]?\d|2[0-3]):(?P<m>[0-5]\d)\b"), _clock_time),
+    # "at 8.45", "for 7.15 tomorrow": a dot says a time only first or after "at" or "for"
+    # ("pay 12.50 to Jo" has none)
     (
-        _rx(r"(?:\bat\s+|@\s*|\b)(?P<h>[01]?\d|2[0-3]):(?P<m>[0-5]\d)\b"),
-        lambda m: time(int(m["h"]), int(m["m"])),
+        _rx(r"(?:^|\b(?:at|for)\s+|@\s*)(?P<h>[01]?\d|2[0-3])\.(?P<m>[0-5]\d)\b(?!\.\d)"),
+        _clock_time,
     ),
     (_rx(r"(?:\bat\s+)?\b(?:noon|midday)\b"), lambda _: time(12)),
     (
         _rx(r"(?:\bat\s+)?\b(?P<part>half|quarter)\s+(?P<rel>past|to)\s+(?P<h>\d{1,2}|[a-z]+)\b"),
+        _past_or_to,
+    ),
+    # the British "half 7": half past seven (said with a digit: "half one" is too rare a
+    # time beside "half one's ..." to read)
+    (
+        _rx(r"(?:\bat\s+)?(?<!\bin )\b(?P<part>half)(?P<rel>)\s+(?P<h>\d{1,2})\b(?![:.]?\d)"),
         _past_or_to,
     ),
     (_rx(r"(?:\bat|@)\s*(?P<h>\d{1,2})\b(?![:.]?\d)"), _bare_hour),
@@ -426,6 +448,12 @@ _REWRITES: tuple[tuple[re.Pattern[str], str], ...] = (
     (_rx(r"\bfri\b"), "friday"),
     (_rx(r"\bin\s+a\s+couple\s+(?:of\s+)?(days|weeks)\b"), r"in 2 \1"),
     (_rx(r"\bin\s+a\s+fortnight\b"), "in 2 weeks"),
+    (_rx(r"\b(in\s+\S+\s+(?:days?|weeks?|months?|years?))'?\s+time\b"), r"\1"),  # "in 5 days' time"
+    # "mon", "wed", "sat", "sun" after a word that only goes before a day: "next sat"
+    (_rx(r"\b(next|this|coming|on|by|until|till|before)\s+mon\b"), r"\1 monday"),
+    (_rx(r"\b(next|this|coming|on|by|until|till|before)\s+wed\b"), r"\1 wednesday"),
+    (_rx(r"\b(next|this|coming|on|by|until|till|before)\s+sat\b"), r"\1 saturday"),
+    (_rx(r"\b(next|this|coming|on|by|until|till|before)\s+sun\b"), r"\1 sunday"),
 )
 # A phrase dateparser found only counts if it says a date plainly: "may", "march on" or
 # "sun" in a title are words, not dates.
@@ -537,7 +565,9 @@ def _take_day(
     return text, None
 
 
-_DANGLING = _rx(r"(?:(?:^|\s+)(?:due|by|on|for|before|until|till|at|in|from))+$")
+_DANGLING = _rx(
+    r"(?:(?:^|\s+)(?:due|by|on|for|before|until|till|at|in|from|sometime|some\s+time))+$"
+)
 
 
 def _cut(text: str, start: int, end: int) -> str:
@@ -555,11 +585,12 @@ def is_date(text: str) -> bool:
     return due is not None and not rest.strip(" ,;:-")
 
 
-_SHIFT = _rx(r"(?:by |for )?(?:another )?(?P<n>\d{1,3}|[a-z]+|a|an) (?P<unit>days?|weeks?|months?)")
+SHIFT_UNITS = r"(?:days?|weeks?|months?|hours?|hrs?|minutes?|mins?)"
+_SHIFT = _rx(rf"(?:by |for )?(?:another )?(?P<n>\d{{1,3}}|[a-z]+|a|an) (?P<unit>{SHIFT_UNITS})")
 
 
 def shift(text: str) -> timedelta | None:
-    """ "by three days", "a week" -> how far to push a due date."""
+    """ "by three days", "a week", "an hour" -> how far to push a due date (or time)."""
     match = _SHIFT.fullmatch(text.strip())
     if match is None:
         return None
@@ -567,6 +598,8 @@ def shift(text: str) -> timedelta | None:
     if n is None:
         return None
     unit = match["unit"].lower()
+    if unit.startswith(("h", "mi")):
+        return n * _UNITS[unit[0] if unit[0] == "h" else "m"]
     days = 7 if unit.startswith("week") else 30 if unit.startswith("month") else 1
     return timedelta(days=n * days)
 

@@ -56,6 +56,7 @@ _VAGUE = frozenset(
      "of", "a", "again"]
 )  # fmt: skip
 _RANK = {"high": 0, "medium": 1, "low": 2}
+_DEFINITE = re.compile(r"(?:the|my)\s", re.IGNORECASE)  # "the vet": a task there may be
 _URGENT_SHOWN = 3
 
 
@@ -233,6 +234,8 @@ class Executor:
                 else (command.text, None)
             )
             said = await self.said(text, remind=command.remind)
+            if command.about and (reminded := await self._remind_about(said)) is not None:
+                return reminded
             if into is None:  # "#groceries": a list when one has that name, else a tag
                 for tag in said.tags:
                     if (into := await self.list_named(tag)) is not None:
@@ -253,6 +256,26 @@ class Executor:
                 return f"Added step {number} to task {parent.todo_id}: {replies.title(result)}."
             added.append(todo(await self._calls("add_todo", arguments, "add that task")))
         return replies.added(added)
+
+    async def _remind_about(self, said: Said) -> str | None:
+        """ "remind me about the vet tomorrow at 5pm": the reminder of the one pending task
+        "the vet" names, at the time said (that morning, for a day); None when the words
+        name no task there is (then they are a new one) or say no time."""
+        if said.due is None or said.repeat is not None or not _DEFINITE.match(said.title):
+            return None
+        found = resolver.best_matches(said.title, await self._calls.todos(status="pending"))
+        if len(found) != 1:
+            return None
+        remind_at = _remind_at(said.due, entities.Reminder(), await self.now())
+        if remind_at is None:
+            return "That reminder would already have passed, so I left the task as it is."
+        arguments = {
+            "todo_id": str(found[0].get("number")),
+            "remind_at": remind_at.isoformat(timespec="minutes"),
+        }
+        changed = todo(await self._calls("update_todo", arguments, "set that reminder"))
+        number, extras = changed.get("number"), replies.extras(changed)
+        return f"Updated task {number}: {replies.title(changed)}{extras}."
 
     async def plan(self, command: Plan) -> str:
         said = await self.said(command.title)
@@ -420,12 +443,18 @@ class Executor:
                     return 'When is it due? For example: "Move task 2 to Friday".'
             target = await self._resolver.find(command.ref, resolver.UPDATE, look_up=True)
             if by is not None:
-                changes["due_at"] = _shifted(target.todo, by, now.date())
+                shifted = _shifted(target.todo, by, now.date())
+                if shifted is None:
+                    return (
+                        f"Task {target.todo_id} has no due time to move by {command.value}. Give "
+                        f'it one first, for example: "Move task {target.todo_id} to 3pm".'
+                    )
+                changes["due_at"] = shifted
             elif at is not None:
                 changes["due_at"] = _at(target.todo, at, now)  # "move it to 9am": that day
             else:
                 assert due is not None
-                changes["due_at"] = _due_value(due)
+                changes["due_at"] = _due_value(_keeping_time(due, target.todo))
             # A reminder keeps its place before the due time, as a repeat's next one does;
             # where that has passed, it is at the due time (the tools cannot clear one).
             if (offset := _reminder_offset(target.todo or {})) is not None:
@@ -656,14 +685,25 @@ def _urgency(todo_: Mapping[str, Any], today: date) -> tuple[bool, date, int, in
     return (not _late(todo_, today), due, rank, int(todo_.get("number") or 0))
 
 
-def _shifted(todo_: ToolResult | None, by: timedelta, today: date) -> str:
+def _shifted(todo_: ToolResult | None, by: timedelta, today: date) -> str | None:
     """A task's due day (or time: it keeps its time of day) `by` later, from today if it
-    is overdue or has none."""
+    is overdue or has none; by hours or minutes, its due time later (None: it has none)."""
     due = _due_of(todo_ or {}) or today
+    if by < timedelta(days=1):  # "push the plumber back an hour"
+        return _due_value(due + by) if isinstance(due, datetime) else None
     if isinstance(due, datetime):
         day = max(due.date(), today)
         return _due_value(datetime.combine(day + by, due.time()))
     return (max(due, today) + by).isoformat()
+
+
+def _keeping_time(due: entities.Due, todo_: ToolResult | None) -> entities.Due:
+    """A task moved to another day keeps its time of day: "can we do the haircut on
+    thursday instead" is at 2pm still."""
+    was = _due_of(todo_ or {})
+    if isinstance(due, datetime) or not isinstance(was, datetime):
+        return due
+    return datetime.combine(due, was.time())
 
 
 def _at(todo_: ToolResult | None, at: time, now: datetime) -> str:

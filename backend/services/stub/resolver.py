@@ -54,6 +54,14 @@ _IRREGULAR = {
     "taken": "take", "written": "write", "given": "give", "eaten": "eat", "seen": "see",
     "spoken": "speak",
 }  # fmt: skip
+# Deeds said in other words than the task's: "rang the plumber" is "Call the plumber" done
+# (only the deed said widens: the task "Pay the phone bill" is no call).
+_ALSO = {
+    "rang": ("call", "phone"),
+    "rung": ("call", "phone"),
+    "phoned": ("call", "ring"),
+    "called": ("phone", "ring"),
+}
 _WORD = re.compile(r"[a-z0-9]+")
 _VAGUE_VERBS = frozenset(
     {"sort", "handle", "deal", "finish", "complete", "tackle", "manage", "take", "go", "make"}
@@ -80,18 +88,23 @@ def _terms(text: str) -> list[str]:
     return [stem(w) for w in _WORD.findall(text.lower()) if w not in _NOISE]
 
 
-def _matched(terms: list[str], todo: Mapping[str, Any]) -> int:
+def _asked(text: str) -> list[tuple[str, ...]]:
+    """The words a reference matches by, each with the other words it may mean."""
+    return [(stem(w), *_ALSO.get(w, ())) for w in _WORD.findall(text.lower()) if w not in _NOISE]
+
+
+def _matched(terms: list[tuple[str, ...]], todo: Mapping[str, Any]) -> int:
     words = _terms(f"{todo.get('title') or ''} {todo.get('description') or ''}")
-    return sum(1 for term in terms if any(_same(term, word) for word in words))
+    return sum(1 for term in terms if any(_same(t, word) for t in term for word in words))
 
 
 def best_matches(phrase: str, todos: list[ToolResult]) -> list[ToolResult]:
     """The tasks `phrase` fits best, when it fits well enough: every word of one or two
     words, two thirds of longer ones. A vague leading verb ("sorted the car") may be left
     out; a plain one may not ("called Jo" is not "Email Jo")."""
-    terms = _terms(phrase)
+    terms = _asked(phrase)
     attempts = [terms]
-    if len(terms) > 1 and terms[0] in _VAGUE_VERBS:
+    if len(terms) > 1 and terms[0][0] in _VAGUE_VERBS:
         attempts.append(terms[1:])
     for wanted in attempts:
         if not wanted:

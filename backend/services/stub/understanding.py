@@ -64,7 +64,10 @@ _LEVELS: dict[str, Priority] = {
     "low": "low",
     "lower": "low",
 }
-_DONE = r"(?:done|complete|completed|finished|closed|resolved|checked off|ticked off)"
+_DONE = (
+    r"(?:done|complete|completed|finished|closed|resolved|checked off|ticked off|sorted(?: out)?"
+    r"|taken care of|dealt with|handled)"
+)
 _UNDONE = (
     r"(?:not (?:yet )?(?:done|complete|completed|finished)|incomplete|uncompleted|undone"
     r"|unfinished|pending|open|active|to-?do|not started)"
@@ -88,8 +91,8 @@ _THANKS = _rx(
 # Politeness and request framing in front of a command: "could you please", "I want to".
 _REQUEST = _rx(
     r"(?:please|pls|plz|kindly|ok|okay|so|and|also|now|then|hey|hi|hello|yo|just|quickly"
-    r"|actually|oh|oops|sorry|wait|um|umm|hmm|well|btw|no(?! more)|nah|right|alright|hey there"
-    r"|ugh|argh|haha|lol|omg|sigh|anyway|anyways"
+    r"|actually|oh|oops|sorry|wait|um|umm|hmm|well|btw|no(?! more| need)|nah|right|alright"
+    r"|hey there|ugh|argh|haha|lol|omg|sigh|anyway|anyways|(?:can|could|shall) we"
     r"|(?:can|could|would|will) (?:you|u)(?: please| pls| kindly)?|(?:can|could|may) i(?: please)?"
     r"|i(?: would|'d)? like to|i want to|i wanna|let's|lets|let me|go ahead and)[,:!]? "
 )
@@ -157,10 +160,20 @@ _UPDATE = _rx(
     r" (?P<ref>.+?)(?: to| into| as| with| until| till| for|:| -| =| ->) (?P<new>.+)"
 )
 # "postpone the haircut by three days", "push task 2 back a week".
-_SHIFT_BY = _rx(
-    r"(?:postpone|push back|push|delay|defer|move|shift|bump|put off) (?P<ref>.+?)(?: back)?"
-    r" (?P<by>(?:by |for )?(?:another )?(?:a|an|\d{1,3}|[a-z]+) (?:days?|weeks?|months?))"
+_BY = rf"(?P<by>(?:by |for )?(?:another )?(?:a|an|\d{{1,3}}|[a-z]+) {entities.SHIFT_UNITS})"
+_SHIFT_BY = (
+    _rx(
+        r"(?:postpone|push back|push|delay|defer|move|shift|bump|put off) (?P<ref>.+?)(?: back)?"
+        rf" {_BY}"
+    ),
+    _rx(rf"put (?P<ref>.+?) back {_BY}"),  # "put that back an hour"; "put" alone moves nothing
 )
+_MOVE_TO = _rx(
+    r"(?:move|reschedule|postpone|push back|push|delay|defer|shift|bump|put off) (?P<ref>.+?)"
+    r"(?: back)? (?:to|until|till|for) (?P<new>.+)"
+)
+# "can we do the haircut on thursday instead": "instead" says a task there is moves.
+_INSTEAD = _rx(r"(?:make|have|put|schedule|do|hold|move) (?P<ref>.+?) (?:at|for|on|to) (?P<new>.+)")
 _UPDATE_INCOMPLETE = _rx(
     r"(?:change|rename|update|edit|modify|retitle|reword|move|reschedule|postpone|push back"
     r"|delay|defer) (?P<ref>.+)"
@@ -177,7 +190,30 @@ _IS_UNDONE = _rx(
 )
 _IS_DONE = _rx(
     r"(?P<ref>.+?)(?:'s| is| was| are| were| has been| have been)?(?: now| all| already)?"
-    rf" {_DONE}"
+    rf" {_DONE}(?: now| already| too)?"
+)
+# "the dry cleaning's been collected", "the rent has been paid": a deed done, said of the
+# task; "the meeting has been moved" or "... cancelled" is no deed done.
+_BEEN_DONE = _rx(
+    r"(?P<ref>.+?)(?:'s| has| have)? been (?P<verb>[a-z]{2,}ed|paid|sent|bought|done|taken|written"
+    r"|given|made|sold|fed|brought|swept|found|put|cut|hung|thrown|got|gotten|seen|sorted)"
+    r"(?: (?:out|off|up|in|back|down|away))?(?: (?:now|already|today|yesterday|this morning))?"
+)
+_NOT_A_DEED = frozenset(
+    {"moved", "postponed", "rescheduled", "delayed", "changed", "pushed", "shifted", "bumped",
+     "cancelled", "canceled", "renamed", "added", "updated", "reopened", "deleted", "removed"}
+)  # fmt: skip
+# "the team meeting got moved to 4:30", "the vet was postponed till friday": the task's new
+# time, said as news.
+_WAS_MOVED = _rx(
+    r"(?P<ref>.+?)(?:'s| has| have)?(?: got| been| has been| have been| was| were| is| are)"
+    r" (?:moved|rescheduled|pushed(?: back)?|postponed|changed|shifted|bumped|put off|delayed)"
+    r" (?:to|till|until|for) (?P<new>.+)"
+)
+# "just got back from the dentist", "I've been to the vet": the task's event done.
+_BACK_FROM = _rx(
+    r"(?:i(?:'ve| have|'m| am)? |we(?:'ve| have|'re| are)? )?(?:just |finally )?"
+    r"(?:(?:got|get|came|come|am|'m|are|'re) back from|returned from|been to|went to) (?P<ref>.+)"
 )
 _IS_DUE = _rx(r"(?P<ref>.+?)(?: is| should be)? due (?P<new>.+)")
 # "the laundry can wait, make it low priority"
@@ -216,7 +252,7 @@ _MOVE_VERBS = frozenset(
 
 _ARTICLE = r"(?: (?:a|an|another|one more|the|this|my|some))?(?: new)?"
 _NOUN = r"(?: (?P<level>high|top|urgent|important|medium|normal|low)(?:[- ]priority)?)?"
-_NOUN += r" (?:task|todo|to-do|to do|item|reminder|entry|note)"
+_NOUN += r" (?P<noun>task|todo|to-do|to do|item|reminder|entry|note)"
 _ONTO_LIST = rf"(?: (?:to|on|onto|in|into) (?:my|the) {_LIST_NOUNS})?"
 _TITLE_SEP = r"(?: (?:to|that says|saying|called|named|titled|for|about|with title)|:| -)?(?: |$)"
 _ADD = (
@@ -245,7 +281,8 @@ _PUT_ON_LIST = _rx(
 # "remind me to", "I need to remember to", "todo: ..." are always a new task.
 _REMEMBER = _rx(
     r"(?:(?:i (?:need|have|want|must|should|ought|got)(?: to)? |i've got to |i gotta )?"
-    r"remember(?: to)?|(?P<remind>remind me)(?: to| about| of| that i (?:need|have) to| that)?"
+    r"remember(?: to)?|(?P<remind>remind me)(?: to| (?P<about>about|of)| that i (?:need|have) to"
+    r"| that)?"
     r"|(?:don't|dont|do not) (?:let me )?forget(?: to| about)?|note to self"
     r"|(?:new )?(?:task|todo|to-do|reminder)(?= ?:)|todo|to-do)[:,]?(?: |$)"
 )
@@ -375,7 +412,9 @@ _REMIND_BEFORE = (
     ),
     _rx(
         rf"{entities.REMIND_ME} (?P<before>{entities.REMINDER_WHEN})"
-        rf" (?P<ref>(?:the|my|task|#|it|that).*?)(?P<at>{entities.REMINDER_AT})?"
+        rf" (?P<ref>(?:the|my|task|#|it|that).*?)"
+        r"(?: (?:comes|arrives|starts|begins|is due|is on|is here|gets here|visits))?"
+        rf"(?P<at>{entities.REMINDER_AT})?"
     ),
 )
 # "make it repeat every week", "repeat task 2 every monday", "the bins repeat weekly".
@@ -386,13 +425,20 @@ _REPEAT = (
     ),
     _rx(r"(?:repeat|recur) (?P<ref>.+?) (?P<new>(?:every|each|daily|weekly|monthly|yearly)\b.*)"),
 )
+_REPEAT_AS = _rx(
+    r"(?:make|have|set) (?P<ref>.+?) (?:to )?(?:be )?(?:an? )?"
+    r"(?P<new>daily|weekly|fortnightly|monthly|yearly)(?: thing| task| event| one| job)?"
+)
 _REPEATS = _rx(
     r"(?P<ref>.+?) (?:should |will |needs to |has to |must )?(?:repeat|recur)s?"
     r"(?: on)? (?P<new>.+)"
 )
 # "stop repeating it", "don't repeat the bins any more", "make it a one-off", "no more
 # repeats for the yoga", "the yoga doesn't need to repeat any more".
-_ANY_MORE = r"(?: any ?more| again| now| from now on| after all)?"
+_ANY_MORE = (
+    r"(?: any ?more| again| now| from now on| after all"
+    r"| after (?:this|that|today|this one|this week|this month|this time))?"
+)
 _REPEATING = r"(?:repeating|recurring)"
 _ONE_OFF = (
     r"(?:a one[- ]?off|one[- ]?off|a one[- ]?time thing|one[- ]?time|not repeat(?:ing)?"
@@ -403,7 +449,16 @@ _STOP_REPEAT = (
     _rx(rf"(?:stop|quit) {_REPEATING} (?P<ref>.+?){_ANY_MORE}"),
     _rx(rf"(?:stop|quit) (?P<ref>.+?) (?:from )?{_REPEATING}{_ANY_MORE}"),
     _rx(rf"(?:stop|quit) (?:making|having|letting) (?P<ref>.+?) (?:repeat|recur){_ANY_MORE}"),
-    _rx(rf"(?:don't|dont|do not|no longer) repeat (?P<ref>.+?){_ANY_MORE}"),
+    _rx(
+        r"(?:don't|dont|do not|no longer|no need to)(?: keep)? (?:repeat|repeating|recurring)"
+        rf" (?P<ref>.+?){_ANY_MORE}"
+    ),
+    _rx(
+        r"(?:turn|switch) off (?:the )?(?:repeats?|repeating|recurrence|recurring)"
+        r"(?: (?:for|on|of) (?P<ref>.+))?"
+    ),
+    # "just do the book club once, not every month"
+    _rx(r"do (?P<ref>.+?) (?:just )?once(?:,? not every (?:day|week|month|year|time))?"),
     _rx(rf"make (?P<ref>.+?) {_ONE_OFF}{_ANY_MORE}"),
     _rx(
         r"(?:stop|remove|cancel|delete|clear|drop|end) the (?:repeats?|repeating|recurrence"
@@ -422,13 +477,17 @@ _STOPS_REPEATING = (
     ),
     _rx(rf"(?P<ref>.+?) (?:is|are|should be|can be|will be) {_ONE_OFF}{_ANY_MORE}"),
     _rx(rf"(?P<ref>.+?) (?:can|should|may) stop {_REPEATING}{_ANY_MORE}"),
+    _rx(
+        r"(?P<ref>.+?) (?:isn't|is not|aren't|are not|is no longer|are no longer)(?: an?)?"
+        rf" (?:daily|weekly|fortnightly|monthly|yearly|{_REPEATING})(?: thing)?{_ANY_MORE}"
+    ),
     _rx(rf"(?:can|could) (?P<ref>.+?) (?:stop|quit) {_REPEATING}{_ANY_MORE}"),
 )
 # "I emailed Jo", "got the apples": past tense means done.
 _PAST = _rx(
     r"(?P<who>(?:(?:i|we)(?:'ve|'d)? )?(?:(?:just|already|finally|have|had) )*)"
     r"(?P<verb>[a-z]{2,}ed|got|bought|paid|sent|wrote|took|made|did|rang|met|sold|fed|brought"
-    r"|went|swept|sorted|ate|drank|found|gave|ran|saw|spoke|told|hung|threw|put|cut|shut"
+    r"|went|swept|sorted|ate|drank|found|gave|ran|saw|spoke|told|hung|threw|put|cut|shut|dealt"
     r"|taken|written|given|done|eaten|seen|spoken|sent off|dropped off|picked up) (?P<rest>.+)"
 )
 # Past tenses spelt as the present: done only with "I", "we", "just"...
@@ -436,6 +495,11 @@ _SAME_FORM = frozenset({"put", "cut", "shut"})
 # Verbs that say only that a thing was done: "finished that one" is "that one" done.
 _DID_VERBS = frozenset(
     {"did", "done", "finished", "completed", "sorted", "handled", "tackled", "ticked", "closed"}
+)
+_DID_PHRASE = _rx(
+    r"(?:knocked (?:out|off)|wrapped up|crossed off|ticked off|checked off|got through"
+    r"|sorted out|took care of|dealt with) (?P<rest>.+)"
+    r"|(?:knocked|crossed|ticked|checked) (?P<rest2>.+) off"
 )
 _DID_SPLIT = re.compile(r",\s*(?:and\s+)?|\s+and\s+", re.I)
 _NOT_PAST = frozenset(
@@ -494,7 +558,11 @@ def parse(message: str, context: Context | None = None) -> list[Command]:
         return _adds(_ARTICLE_START.sub("", more["text"]))
     if len(parts := _REQUESTS.split(text)) > 1 and (several := _several(parts)):
         return several
+    instead = text.lower().endswith(" instead")
     text = _strip_request(text)
+    move = _INSTEAD.fullmatch(text) if instead else None
+    if move and names_one(move["ref"]) and (moved := _moved(move["ref"], move["new"])):
+        return [moved]  # "can we do the haircut on thursday instead"
     if _GREETING.fullmatch(text):
         return [Help()]
     if _NONE_OF_THEM.fullmatch(text):  # to a question of ours, or to nothing: change nothing
@@ -507,7 +575,11 @@ def parse(message: str, context: Context | None = None) -> list[Command]:
 
 
 # Where one message holds several requests: "Add X. Also add Y.", "add X and also Y".
-_REQUESTS = re.compile(r"((?:[.!?;]\s+|,?\s+and\s+|,\s+)also\s+|[.!?;]\s+)", re.I)
+_REQUESTS = re.compile(
+    r"((?:[.!?;]\s+|,?\s+and\s+|,\s+)also\s+|[.!?;]\s+"
+    r"|\s*[\u2600-\u27bf\U0001f300-\U0001faff][\u2600-\u27bf\U0001f300-\U0001faff\ufe0f]*\s+)",
+    re.I,
+)
 
 
 def _several(parts: list[str]) -> list[Command]:
@@ -553,10 +625,11 @@ def _chatter(sentence: str) -> bool:
 def _understood(text: str, *, date_first: bool = True) -> list[Command]:
     if (command := _command(text)) is not None:
         if isinstance(command, AddTask) and command.parent is None:
-            return _adds(command.text, command.priority)
+            return _adds(command.text, command.priority, remind=command.remind)
         return [command]
     if match := _REMEMBER.match(text):
-        return _adds(text[match.end() :], remind=bool(match["remind"]))
+        about = bool(match["about"])
+        return _adds(text[match.end() :], remind=bool(match["remind"]), about=about)
     if match := _NEED_TO.match(text):
         rest = text[match.end() :]
         command = _command(rest)
@@ -596,6 +669,9 @@ def _done(text: str) -> SetCompleted | None:
         return None  # "put the bins out" asks; "I put the bins out" says it is done
     if match["verb"].lower() in _DID_VERBS and points_at_one(match["rest"]):
         return SetCompleted(match["rest"], completed=True)  # "finished that one" after a list
+    if phrase := _DID_PHRASE.fullmatch(f"{match['verb']} {match['rest']}"):
+        rest = phrase["rest"] or phrase["rest2"]
+        return SetCompleted(rest, completed=True)  # "knocked out the first one", "... that off"
     return SetCompleted(f"{match['verb']} {match['rest']}", completed=True)
 
 
@@ -615,7 +691,7 @@ _CHAT_WORDS = frozenset(
     [
         "you", "me", "i", "we", "us", "then", "thanks", "thank", "thx", "not", "nothing",
         "no", "ok", "okay", "see", "talk", "same", "busy", "free", "maybe", "bye", "lol",
-        "yes", "yeah", "sure", "nope", "later", "again", "hi", "hello",
+        "yes", "yeah", "sure", "nope", "later", "again", "hi", "hello", "much", "lot",
     ]
 )  # fmt: skip
 
@@ -667,10 +743,12 @@ def _date_first(text: str) -> list[Command]:
     return []
 
 
-def _adds(text: str, priority: Priority | None = None, *, remind: bool = False) -> list[Command]:
+def _adds(
+    text: str, priority: Priority | None = None, *, remind: bool = False, about: bool = False
+) -> list[Command]:
     """One AddTask per task the text names: "apples, pears and flour" is three."""
     items = split_items(text) or [""]
-    return [AddTask(item, priority, remind=remind) for item in items]
+    return [AddTask(item, priority, remind=remind, about=about) for item in items]
 
 
 def split_items(text: str, *, steps: bool = False) -> list[str]:
@@ -802,7 +880,8 @@ def _make_it(match: re.Match[str]) -> Command | None:
 
 
 def _add(match: re.Match[str]) -> Command:
-    return AddTask(match["title"], _LEVELS.get((match["level"] or "").lower()))
+    reminder = (match.groupdict().get("noun") or "").lower() == "reminder"
+    return AddTask(match["title"], _LEVELS.get((match["level"] or "").lower()), remind=reminder)
 
 
 def _shift_by(match: re.Match[str]) -> Command | None:
@@ -885,6 +964,27 @@ def _repeat(match: re.Match[str]) -> Command | None:
     return UpdateTask(ref, "repeat", match["new"])
 
 
+def _repeat_as(match: re.Match[str]) -> Command | None:
+    """ "make the gym a weekly thing": only for a task named plainly ("make bread weekly"
+    is a new task)."""
+    ref = _one_ref(match)
+    return None if ref is None else UpdateTask(ref, "repeat", match["new"])
+
+
+def _moved(ref: str | None, new: str) -> Command | None:
+    """A task moved to the day or time `new` says, when it says one."""
+    new = entities.hour_first(new)
+    if ref is None or not (entities.is_date(new) or entities.shift(new) is not None):
+        return None
+    return UpdateTask(ref, "due", new)
+
+
+def _been_done(match: re.Match[str]) -> Command | None:
+    if match["verb"].lower() in _NOT_A_DEED:
+        return None
+    return _set_completed(True, _one_ref)(match)
+
+
 def _stop_repeat(match: re.Match[str]) -> Command:
     return UpdateTask(match["ref"] or "it", "repeat", "never")
 
@@ -908,6 +1008,7 @@ _VERB_RULES: list[tuple[re.Pattern[str], Rule]] = [
     (_SHOW_STEPS, lambda m: ShowSteps(m["ref"] or m["ref2"])),
     (_PLAN_ASK, lambda m: Plan(m["title"] or m["title2"], ())),
     *((pattern, _stop_repeat) for pattern in _STOP_REPEAT),
+    (_REPEAT_AS, _repeat_as),
     *((pattern, _repeat) for pattern in _REPEAT),
     *((pattern, _remind_before) for pattern in _REMIND_BEFORE),
     (_MAKE_IT, _make_it),
@@ -915,6 +1016,7 @@ _VERB_RULES: list[tuple[re.Pattern[str], Rule]] = [
     *((pattern, _set_completed(False)) for pattern in _REOPEN),
     *((pattern, _set_completed(True)) for pattern in _COMPLETE),
     (_DONE_WITH, _set_completed(True)),
+    (_BACK_FROM, _set_completed(True, _one_ref)),
     (_COMPLETE_TERSE, _set_completed(True, _one_ref)),
     (_DELETE_DONE, lambda _: DeleteMatching(None, "completed")),
     (_DELETE_ALL, _delete_matching),
@@ -922,7 +1024,8 @@ _VERB_RULES: list[tuple[re.Pattern[str], Rule]] = [
     *((pattern, _add) for pattern in _ADD),
     (_PUT_ON_LIST, _add),
     (_ADD_AFTER, _add),
-    (_SHIFT_BY, _shift_by),
+    *((pattern, _shift_by) for pattern in _SHIFT_BY),
+    (_MOVE_TO, lambda m: _moved(_ref(m), m["new"])),
     (_UPDATE, _change),
     (_PRIORITY, _priority),
     (_PRIORITIZE, _prioritize),
@@ -935,6 +1038,8 @@ _STATE_RULES: list[tuple[re.Pattern[str], Rule]] = [
     (_REPEATS, _repeat),
     (_IS_UNDONE, _set_completed(False, _one_ref)),
     (_IS_DONE, _set_completed(True, _one_ref)),
+    (_BEEN_DONE, _been_done),
+    (_WAS_MOVED, lambda m: _moved(_one_ref(m), m["new"])),
     (_IS_DUE, _is_due),
 ]
 

@@ -41,7 +41,7 @@ class PgBouncer:
         )
         self._dir = Path(tempfile.mkdtemp(prefix="todo-agent-pgbouncer-"))
         # The database's socket directory (an embedded PostgreSQL) or its host and port.
-        host = parsed.query.get("host") or parsed.host or "127.0.0.1"
+        host = str(parsed.query.get("host") or parsed.host or "127.0.0.1")
         self._socket_dir = host if host.startswith("/") else None
         target = f"host={host} port={parsed.port or 5432} dbname={parsed.database}"
         if parsed.username:

@@ -341,12 +341,17 @@ async def retrieval_quality(
             assert meaning is not None, "the embedder did not answer"
             async with database.transaction(as_user=owner) as db:
                 ranked = await search.rankings(db, query=query["q"], list_id=None, meaning=meaning)
-                for name, ranking in (
-                    ("words", search.combine(ranked.words, [])),
-                    ("meaning", search.diversify(ranked.nearest)),
-                    ("fused", search.combine(ranked.words, ranked.nearest)),
+                # Meaning alone as words alone are ranked: from as deep, then demoted (the
+                # few nearest that search fuses leave nothing to demote).
+                alone = await search.rankings(
+                    db, query="", list_id=None, meaning=meaning, meaning_depth=search.DEPTH
+                )
+                for name, ranking, passages in (
+                    ("words", search.combine(ranked.words, []), ranked),
+                    ("meaning", search.diversify(alone.nearest), alone),
+                    ("fused", search.combine(ranked.words, ranked.nearest), ranked),
                 ):
-                    hits = ranked.hits(ranking[:5])
+                    hits = passages.hits(ranking[:5])
                     found[name].append(
                         any(
                             hit.title == titles[query["doc"]]

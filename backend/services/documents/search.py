@@ -146,9 +146,11 @@ async def rankings(
     query: str,
     list_id: uuid.UUID | None,
     meaning: QueryMeaning | None = None,
+    meaning_depth: int = MEANING_DEPTH,
 ) -> Rankings:
     """The passages the acting user reads (in `list_id`, when given) that hold any of the
-    query's words, and, given its `meaning`, the nearest to it: one statement."""
+    query's words, and, given its `meaning`, the `meaning_depth` nearest to it: one
+    statement."""
     words, phrases = query_terms(query)
     found = Rankings([], [], {})
     if not words and meaning is None:
@@ -159,7 +161,7 @@ async def rankings(
     if meaning is not None:
         statement = _RANKED_BY_BOTH
         params["model"], params["query"] = meaning.model, vector_literal(meaning.vector)
-        params["meaning_depth"] = MEANING_DEPTH
+        params["meaning_depth"] = meaning_depth
     connection = await db.connection()
     for row in await connection.execute(statement, params):
         near, passage_id, score, document_id, list_, title, media_type, heading, body = row

@@ -4,6 +4,7 @@ import gc
 import re
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from functools import cache
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -59,6 +60,12 @@ class _App(FastAPI):
         )
 
 
+@cache
+def _collect_once() -> None:
+    """A full collection, once per process (see `lifespan`)."""
+    gc.collect()
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings(serving=True)
     configure_logging(settings.log_level)
@@ -72,8 +79,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         reading.prepare_reader()
         # Everything built so far (modules, routes, schemas, the OpenAPI models) lives as
         # long as the process: keep the collector from walking it again in every full
-        # collection, which otherwise costs a long pause every few hundred turns.
-        gc.collect()
+        # collection, which otherwise costs a long pause every few hundred turns. The
+        # garbage is collected first the first time only: an app started again in the same
+        # process (the tests start hundreds) would pay a full collection of everything the
+        # process holds each time (0.3 s in a test worker), and unfreezing at shutdown hands
+        # what was frozen back to the collector anyway.
+        _collect_once()
         gc.freeze()
         # A turn allocates a few thousand short-lived objects (request, SDK and response
         # objects), and CPython's default starts a young collection every 700: collections

@@ -155,8 +155,12 @@ async def rankings(
     found = Rankings([], [], {})
     if not words and meaning is None:
         return found
-    params: dict[str, object] = {"words": words, "phrases": phrases, "list": list_id}
-    params["depth"] = DEPTH
+    params: dict[str, object] = {
+        "words": words,
+        "phrases": phrases,
+        "list": list_id,
+        "depth": DEPTH,
+    }
     statement = _RANKED_BY_WORDS
     if meaning is not None:
         statement = _RANKED_BY_BOTH

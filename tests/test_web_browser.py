@@ -34,7 +34,7 @@ from backend.models.session import AgentSession
 from tests.browser import ARTIFACTS, chromium
 from tests.conftest import server_env
 from tests.fake_openai import FakeOpenAI, call, error, reply, tool_calls
-from tests.servers import ServerProcess, free_port, run_cli
+from tests.servers import ServerProcess, free_port, run_cli, until
 from tests.test_erasure import ONLY_USER_DELETED, rows_naming
 
 RATE_LIMIT = 6
@@ -1381,3 +1381,110 @@ async def test_an_answer_links_the_passages_it_used_and_documents_follow_live(
     document_id = added.json()["id"]
     assert (await person.api("DELETE", f"/documents/{document_id}")).status_code == 204
     await expect(page.locator("#document-list > li")).to_have_count(0)
+
+
+# ---------------------------------------------------------------- an installable page
+
+
+async def _notifications_shown(page: Page) -> list[dict[str, Any]]:
+    shown: list[dict[str, Any]] = await page.evaluate(
+        """navigator.serviceWorker.ready
+            .then((registration) => registration.getNotifications())
+            .then((all) => all.map((n) => ({
+                title: n.title, body: n.body, tag: n.tag, data: n.data,
+                actions: n.actions.map((a) => [a.action, a.title]),
+            })))"""
+    )
+    return shown
+
+
+async def test_the_page_installs_and_its_service_worker_shows_a_pushed_reminder(
+    person: Person,
+) -> None:
+    page, origin = person.page, person.server.url
+    cdp = await page.context.new_cdp_session(page)
+
+    # Chromium reads the manifest (allowed by the policy) and finds nothing wrong with it.
+    parsed = await cdp.send("Page.getAppManifest")
+    assert parsed["url"] == f"{origin}/manifest.webmanifest"
+    assert parsed["errors"] == []
+    assert json.loads(parsed["data"])["display"] == "standalone"
+
+    # The page registered its worker, from the root: it controls the whole page.
+    worker = await page.evaluate(
+        "navigator.serviceWorker.ready.then((r) => [r.active.scriptURL, r.scope])"
+    )
+    assert worker == [f"{origin}/sw.js", f"{origin}/"]
+
+    # A push as the service sends it (Chromium delivers it to the worker as a push service
+    # would): a notification with Done and Snooze, tagged as the page tags the same reminder.
+    registrations: list[dict[str, Any]] = []
+    cdp.on(
+        "ServiceWorker.workerRegistrationUpdated",
+        lambda event: registrations.extend(event["registrations"]),
+    )
+    await cdp.send("ServiceWorker.enable")
+
+    async def registered() -> bool:
+        return bool(registrations)
+
+    await until(registered, timeout_s=10, message="no service worker registration")
+    registration_id = registrations[0]["registrationId"]
+    await page.context.grant_permissions(["notifications"], origin=origin)
+    reminder = {
+        "type": "reminder.due",
+        "title": "Reminder",
+        "body": "Call the <b>plumber</b>",
+        "task": {"id": "3f0c", "number": 4, "title": "Call the <b>plumber</b>", "due_at": None},
+        "url": f"{origin}/#task=3f0c",
+        "actions": [
+            {"action": "done", "title": "Done", "token": "done-token"},
+            {"action": "snooze", "title": "Snooze 1 h", "token": "snooze-token"},
+        ],
+    }
+    digest = {"type": "digest", "title": "Today", "body": "2 due today", "url": f"{origin}/"}
+    for payload in (reminder, digest):
+        await cdp.send(
+            "ServiceWorker.deliverPushMessage",
+            {"origin": origin, "registrationId": registration_id, "data": json.dumps(payload)},
+        )
+
+    async def both_shown() -> bool:
+        return len(await _notifications_shown(page)) == 2
+
+    await until(both_shown, timeout_s=10, message="the pushes were not shown")
+    shown = {n["tag"]: n for n in await _notifications_shown(page)}
+    assert shown["reminder-3f0c"]["title"] == "Reminder"
+    assert shown["reminder-3f0c"]["body"] == "Call the <b>plumber</b>"  # text: not rendered
+    assert shown["reminder-3f0c"]["actions"] == [["done", "Done"], ["snooze", "Snooze 1 h"]]
+    assert shown["reminder-3f0c"]["data"]["url"] == f"{origin}/#task=3f0c"
+    assert shown["digest"]["title"] == "Today"  # the daily plan has its own tag
+
+    # Done acts from the notification with its token alone: a POST, no bearer token, no page.
+    sw = next(w for w in page.context.service_workers if w.url == f"{origin}/sw.js")
+    sent = await sw.evaluate(
+        """async () => {
+            const sent = [];
+            const real = self.fetch;
+            self.fetch = (url, init) => {
+                sent.push({ url, method: init.method, headers: init.headers, body: init.body,
+                            credentials: init.credentials });
+                return Promise.resolve(new Response(null, { status: 204 }));
+            };
+            try {
+                await act("done", "done-token", { url: "/", title: "Reminder" });
+            } finally {
+                self.fetch = real;
+            }
+            return sent;
+        }"""
+    )
+    assert sent == [
+        {
+            "url": "/notifications/actions",
+            "method": "POST",
+            "headers": {"Content-Type": "application/json"},
+            "body": json.dumps({"token": "done-token"}, separators=(",", ":")),
+            "credentials": "omit",
+        }
+    ]

@@ -4,7 +4,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
-from fastapi.responses import HTMLResponse
+from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import Response
 from starlette.types import Scope
@@ -13,11 +13,13 @@ from backend.settings import Settings
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 
-# The page's own files only; it talks to its own origin (the API) and nothing else.
+# The page's own files only; it talks to its own origin (the API) and nothing else. Its
+# manifest and service worker (an installable page) come from the same origin too.
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+        "connect-src 'self'; manifest-src 'self'; worker-src 'self'; base-uri 'none'; "
+        "form-action 'self'; frame-ancestors 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
@@ -52,6 +54,24 @@ def install(app: FastAPI, settings: Settings) -> None:
     async def index() -> Any:
         """The chat page."""
         return HTMLResponse(page, headers=SECURITY_HEADERS)
+
+    # From the root, not /static/: a service worker controls only the paths under its own,
+    # and the manifest's scope is the whole page.
+    @router.get("/sw.js")
+    async def service_worker() -> Any:
+        """The page's service worker: pushed reminders as notifications."""
+        return FileResponse(
+            STATIC_DIR / "sw.js", media_type="text/javascript", headers=SECURITY_HEADERS
+        )
+
+    @router.get("/manifest.webmanifest")
+    async def manifest() -> Any:
+        """The web app manifest: the page installs as an app."""
+        return FileResponse(
+            STATIC_DIR / "manifest.webmanifest",
+            media_type="application/manifest+json",
+            headers=SECURITY_HEADERS,
+        )
 
     app.router.routes.extend(router.routes)
     app.mount("/static", _PageFiles(directory=STATIC_DIR), name="static")

@@ -54,6 +54,12 @@ export async function devToken(name, base = "") {
   return response.json();
 }
 
+/** The service's VAPID public key for Web Push, `{public_key}` (404: it sends no push). */
+export async function pushKey(base = "") {
+  const response = await send(`${base}/push/key`);
+  return response.json();
+}
+
 /** Server-sent events from a fetch response: calls onEvent(name, data, id) for each. */
 async function readEvents(response, onEvent) {
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -275,6 +281,63 @@ export class Api {
   }
   revokeCalendarFeed() {
     return this.json("/calendar", { method: "DELETE" });
+  }
+
+  /** Where reminders go: {email, ntfy, push, reminders, digest, quiet_hours}. */
+  notifications() {
+    return this.json("/notifications");
+  }
+  /** Change part of it (`{email: {address}}` mails a code to confirm the address). */
+  updateNotifications(changes) {
+    return this.json("/notifications", { method: "PATCH", body: changes });
+  }
+  /** The code the service mailed: the address is used once it is verified. */
+  verifyEmail(code) {
+    return this.json("/notifications/email/verify", { method: "POST", body: { code } });
+  }
+  /** A test notification to every channel the person set. */
+  testNotification() {
+    return this.json("/notifications/test", { method: "POST" });
+  }
+  /** This browser's PushSubscription (its JSON): the same endpoint again is the same one. */
+  addPushSubscription(subscription) {
+    return this.json("/push/subscriptions", { method: "POST", body: subscription });
+  }
+  pushSubscriptions() {
+    return this.json("/push/subscriptions");
+  }
+  deletePushSubscription(id) {
+    return this.json(`/push/subscriptions/${encodeURIComponent(id)}`, { method: "DELETE" });
+  }
+
+  /** Passwords for CalDAV apps: {data: [{id, name, username, read_only, created_at, last_used_at}]}. */
+  appPasswords() {
+    return this.json("/app-passwords");
+  }
+  /** A new one: the answer holds its `password`, shown this once. */
+  createAppPassword({ name, readOnly }) {
+    return this.json("/app-passwords", { method: "POST", body: { name, read_only: readOnly } });
+  }
+  revokeAppPassword(id) {
+    return this.json(`/app-passwords/${encodeURIComponent(id)}`, { method: "DELETE" });
+  }
+
+  /** What the assistant remembers about the person, newest first: {data: [...]}. */
+  memories() {
+    return this.json("/memories");
+  }
+  addMemory(text) {
+    return this.json("/memories", { method: "POST", body: { text } });
+  }
+  updateMemory(id, text) {
+    return this.json(`/memories/${encodeURIComponent(id)}`, { method: "PATCH", body: { text } });
+  }
+  deleteMemory(id) {
+    return this.json(`/memories/${encodeURIComponent(id)}`, { method: "DELETE" });
+  }
+  /** Every memory, at once. */
+  forgetMemories() {
+    return this.json("/memories", { method: "DELETE" });
   }
 
   sessions(cursor) {

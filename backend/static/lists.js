@@ -102,7 +102,7 @@ function listNavItem(list) {
 }
 
 /** Show one list's tasks (null: all of them). */
-function selectList(listId) {
+export function selectList(listId) {
   state.listId = listId;
   if ($("#task-filter").value === "trash") $("#task-filter").value = "all"; // the trash has no lists
   hideRename();

@@ -4,8 +4,9 @@ import { newChat, refreshSessions } from "./chat.js";
 import { refreshDocuments } from "./documents.js";
 import { acceptInviteFromAddress, forgetLists, refreshLists } from "./lists.js";
 import { follow, stopFollowing } from "./live.js";
+import { resendSubscription } from "./notifications.js";
 import { $, describe, state } from "./page.js";
-import { refreshTasks } from "./tasks.js";
+import { refreshTasks, showTaskFromAddress } from "./tasks.js";
 
 const STORAGE_KEY = "todo-agent.session"; // sessionStorage: this tab only
 export function signOut(reason = "") {
@@ -48,6 +49,8 @@ export function signIn({ token, userId, name }) {
   follow();
   $("#message").focus();
   acceptInviteFromAddress();
+  resendSubscription();
+  showTaskFromAddress();
 }
 
 async function onNameSubmit(event) {

@@ -1,8 +1,8 @@
 // The task list (steps, the trash) and the task editor (repeat, reminder, list, assignee).
 import { ApiError } from "./api.js";
-import { canWrite, drawListBar, fillListChoices, listGone, listMeta, listsSignature } from "./lists.js";
+import { canWrite, drawListBar, fillListChoices, listGone, listMeta, listsSignature, selectList } from "./lists.js";
 import { refreshDocuments } from "./documents.js";
-import { $, dateOnly, dateTime, el, inputProblem, notice, showError, state } from "./page.js";
+import { $, dateOnly, dateTime, el, inputProblem, notice, showError, showView, state } from "./page.js";
 
 // ---------------------------------------------------------------- tasks
 
@@ -376,6 +376,25 @@ function announceNext(next) {
   notice(`Next: task ${next.number}: ${next.title}${due ? `, due ${due}` : ""}`);
 }
 
+/**
+ * `#task=<id>` in the address (a notification's link, or its click while the page is open):
+ * that task, among all tasks, in view and focused.
+ */
+export async function showTaskFromAddress() {
+  const id = new URLSearchParams(location.hash.slice(1)).get("task");
+  if (!id || !state.api) return;
+  history.replaceState(null, "", `${location.pathname}${location.search}`); // not again on reload
+  await state.listsReady;
+  $("#task-filter").value = "all";
+  selectList(null);
+  await refreshTasks();
+  const check = $("#task-list").querySelector(`[data-focus="${CSS.escape(`${id}:check`)}"]`);
+  if (!check) return;
+  showView("tasks"); // on a phone, the tasks' tab
+  check.scrollIntoView({ block: "center" });
+  check.focus();
+}
+
 export function startTasks() {
   $("#editor-form").addEventListener("submit", onEditorSubmit);
   $("#editor-cancel").addEventListener("click", () => $("#task-editor").close());
@@ -387,4 +406,5 @@ export function startTasks() {
   $("#edit-due").addEventListener("input", weeklyRule); // "every week on <the due day>"
   $("#task-filter").addEventListener("change", () => (refreshTasks(), refreshDocuments()));
   $("#empty-trash").addEventListener("click", emptyTrash);
+  window.addEventListener("hashchange", showTaskFromAddress);
 }

@@ -6,8 +6,8 @@ import { refreshTasks } from "./tasks.js";
 
 // ---------------------------------------------------------------- chat log
 
-/** Statuses of tool results that changed tasks: the service can undo such a turn. */
-const CHANGES = new Set(["created", "updated", "completed", "reopened", "deleted", "restored", "purged"]);
+/** Statuses of tool results that changed tasks (or saved a memory): the service can undo such a turn. */
+const CHANGES = new Set(["created", "updated", "completed", "reopened", "deleted", "restored", "purged", "remembered"]);
 
 const changedTasks = (results) => (results ?? []).some((r) => CHANGES.has(r.result?.status));
 
@@ -40,6 +40,10 @@ function activityText(call, result) {
       return r.count === undefined ? `Deleted task ${r.number}: ${r.title} for good` : `Emptied the trash (${r.count})`;
     case "undone":
       return r.summary;
+    case "remembered":
+      return `Remembered “${r.memory?.text ?? ""}”`;
+    case "forgotten":
+      return `Forgot “${r.memory?.text ?? ""}”`;
     case "denied":
       return `Not done (denied): ${call.summary ?? callLabel(call)}`;
     case "expired":

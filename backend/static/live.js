@@ -2,6 +2,7 @@
 import { ApiError } from "./api.js";
 import { onDocumentEvent } from "./documents.js";
 import { onListEvent, refreshLists } from "./lists.js";
+import { onMemoryEvent } from "./memories.js";
 import { showReminder } from "./notifications.js";
 import { showError, state } from "./page.js";
 import { refreshTasks } from "./tasks.js";
@@ -20,6 +21,7 @@ function onLiveEvent(type, event) {
   if (type === "reminder.due") showReminder(event.data);
   if (type.startsWith("list.")) onListEvent(type, event.data);
   if (type.startsWith("document.")) onDocumentEvent(type, event.data);
+  if (type.startsWith("memory.")) onMemoryEvent();
   if (type.startsWith("task.") || type.startsWith("list.") || type === "reminder.due") refreshSoon();
 }
 

@@ -29,6 +29,9 @@ export const state = {
   viewing: null, // the document open in the viewer
 };
 
+/** The items of a listing: `{data: [...]}` as most of the API answers, or a bare array. */
+export const itemsOf = (listing) => (Array.isArray(listing) ? listing : (listing?.data ?? []));
+
 export function el(tag, { className, text, attrs } = {}, children = []) {
   const node = document.createElement(tag);
   if (className) node.className = className;

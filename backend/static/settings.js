@@ -1,7 +1,10 @@
-// The Settings dialog: the person's settings, the calendar feed, and their data.
+// The Settings dialog: the person's settings, the calendar feed, and their data; where
+// reminders go (notifications.js), apps (apps.js) and memories (memories.js) are parts of it.
 import { ApiError } from "./api.js";
 import { follow, stopFollowing } from "./live.js";
-import { showNotificationState } from "./notifications.js";
+import { loadAppPasswords } from "./apps.js";
+import { loadMemories } from "./memories.js";
+import { loadNotificationSettings, NOTIFY_LABELS, saveNotificationSettings, showNotificationState } from "./notifications.js";
 import { $, describe, el, inputProblem, showError, state, timezone } from "./page.js";
 import { signOut } from "./signin.js";
 
@@ -27,8 +30,16 @@ function showCalendarUrl(url) {
   $("#calendar-create").textContent = url ? "Make a new calendar link" : "Create calendar link";
 }
 
-/** An action of a Settings button: its error in the dialog (a 401 signs out). */
-async function settingsAction(action) {
+/** What a button of the Settings did, read out politely. */
+export function settingsStatus(text) {
+  $("#settings-status").textContent = text;
+}
+
+/**
+ * An action of a Settings button: its error in the dialog (a 401 signs out); with `labels`,
+ * a 422 names the fields it is about.
+ */
+export async function settingsAction(action, labels = null) {
   const box = $("#settings-error");
   box.hidden = true;
   try {
@@ -40,7 +51,7 @@ async function settingsAction(action) {
       return;
     }
     $("#settings-status").textContent = "";
-    box.textContent = describe(error);
+    box.textContent = labels ? inputProblem(error, labels, "Settings") : describe(error);
     box.hidden = false;
   }
 }
@@ -80,7 +91,8 @@ async function openSettings() {
   showDeleteAccount(false);
   showNotificationState();
   try {
-    const current = await state.api.settings();
+    // The parts whose API the service lacks (404) stay hidden.
+    const [current] = await Promise.all([state.api.settings(), loadNotificationSettings(), loadAppPasswords(), loadMemories()]);
     $("#set-display-name").value = current.display_name ?? "";
     // "UTC" is the default of a user who never chose: offer the browser's zone instead.
     $("#set-timezone").value = current.timezone && current.timezone !== "UTC" ? current.timezone : timezone();
@@ -115,8 +127,9 @@ async function onSettingsSubmit(event) {
       model: $("#set-model").value,
       confirm: document.querySelector('input[name="confirm"]:checked')?.value,
     });
-    $("#settings-status").textContent = "Saved.";
     $("#who-name").textContent = saved.display_name ?? state.user.name;
+    await saveNotificationSettings();
+    $("#settings-status").textContent = "Saved.";
   } catch (error) {
     if (error instanceof ApiError && error.status === 401) {
       $("#settings").close();
@@ -124,7 +137,7 @@ async function onSettingsSubmit(event) {
       return;
     }
     $("#settings-status").textContent = "";
-    box.textContent = inputProblem(error, SETTINGS_LABELS, "Settings");
+    box.textContent = inputProblem(error, { ...SETTINGS_LABELS, ...NOTIFY_LABELS }, "Settings");
     box.hidden = false;
   } finally {
     $("#settings-save").disabled = false;

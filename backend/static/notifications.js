@@ -65,6 +65,7 @@ async function subscribe() {
     if (error instanceof ApiError && error.status === 404) return "This service does not send push notifications.";
     return "The service's push key could not be read; try again later.";
   }
+  if (!(await push.registration)) return "The page's service worker could not start, so push cannot reach this browser.";
   try {
     const registration = await navigator.serviceWorker.ready;
     let subscription = await registration.pushManager.getSubscription();
@@ -148,17 +149,13 @@ async function togglePush() {
 /**
  * Signed in: a browser with notifications on sends its subscription again, since a browser
  * may replace it unasked and a push service may drop it quietly (the same endpoint is the
- * same subscription to the service).
+ * same subscription to the service); one made for another key of the service's is made
+ * afresh. What went wrong shows in the Settings.
  */
 export async function resendSubscription() {
   if (!("Notification" in window) || Notification.permission !== "granted") return;
-  const subscription = await currentSubscription();
-  if (!subscription || !state.api) return;
-  try {
-    await state.api.addPushSubscription(subscription.toJSON());
-  } catch {
-    // The page works without it; the Settings say what to do if push does not arrive.
-  }
+  if (!(await currentSubscription()) || !state.api) return;
+  push.problem = await subscribe();
 }
 
 // ---------------------------------------------------------------- Settings: where reminders go

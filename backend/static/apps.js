@@ -6,7 +6,7 @@ import { $, copyField, dateTime, el, itemsOf, state } from "./page.js";
 import { settingsAction, settingsStatus } from "./settings.js";
 
 /** What a CalDAV app asks for: the server's address (its DAV root). */
-export const davUrl = () => `${location.origin}/dav/`;
+const davUrl = () => `${location.origin}/dav/`;
 
 /** The person's app passwords; the part stays hidden where the service has no CalDAV. */
 export async function loadAppPasswords() {

@@ -29,7 +29,7 @@ export function signOut(reason = "") {
   (devSignIn ? $("#name-input") : $("#token-input")).focus();
 }
 
-export function signIn({ token, userId, name }) {
+function signIn({ token, userId, name }) {
   sessionStorage.setItem(STORAGE_KEY, JSON.stringify({ token, userId, name }));
   state.api = new Api({ token, userId });
   state.user = { userId, name };

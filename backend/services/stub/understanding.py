@@ -39,6 +39,7 @@ from backend.services.stub.commands import (
     UpdateTask,
 )
 from backend.services.stub.context import Context
+from backend.services.stub.memories import memory_request
 from backend.services.stub.questions import list_request
 from backend.services.stub.reading import document_request
 from backend.services.stub.references import explicit_id, names_one, points_at_one
@@ -814,8 +815,10 @@ _HEADING = _rx(
 
 
 def _command(text: str) -> Command | None:
-    """A request about documents, a command that starts with its verb, a list request, or
-    "task 3 is done"."""
+    """A request about memories or documents, a command that starts with its verb, a list
+    request, or "task 3 is done"."""
+    if (intent := memory_request(text)) is not None:
+        return intent
     if (intent := document_request(text)) is not None:
         return intent
     for pattern, build in _VERB_RULES:

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from tests.chat_helpers import chat
 from tests.conftest import auth
 
 
@@ -168,3 +169,52 @@ async def test_memories_are_exported_imported_and_erased(
     async with engine.connect() as connection:
         left = await connection.execute(text("SELECT user_id, count(*) FROM memories GROUP BY 1"))
         assert dict(left.all()) == {"bob": 1, "cy": 2}
+
+
+# -- the stub, without a model -------------------------------------------------------------
+
+
+async def test_the_stub_saves_answers_from_and_forgets_memories_asking_first(
+    client: httpx.AsyncClient,
+) -> None:
+    saved = await chat(client, "remember that my dentist is Dr. Lee")
+    assert saved["using_stub"] is True
+    assert 'I\'ll remember: "My dentist is Dr. Lee"' in saved["response"]
+    [kept] = await memories(client)
+    assert kept["created_by"] == "stub"
+    assert kept["source"]["session_id"] == saved["session_id"]
+    await chat(client, "my gate code is 4711")
+    # Another session: the stub answers from what the turn carries, and says so.
+    answer = await chat(client, "what's my gate code?")
+    assert answer["response"] == 'From memory (you told me): "My gate code is 4711".'
+    assert answer["tool_calls"] == []
+    everything = (await chat(client, "what do you remember about me?"))["response"]
+    assert everything.splitlines()[1:] == ["- My gate code is 4711", "- My dentist is Dr. Lee"]
+    assert "nothing about" in (await chat(client, "who is my dentist?", user="bob"))["response"]
+
+    asked = await chat(client, "forget my gate code")
+    assert [p["summary"] for p in asked["pending_approvals"]] == ["Forget “My gate code is 4711”"]
+    assert len(await memories(client)) == 2
+    done = await chat(client, "yes", session_id=asked["session_id"])
+    assert "Forgot: “My gate code is 4711”" in done["response"]
+    assert [m["text"] for m in await memories(client)] == ["My dentist is Dr. Lee"]
+
+
+async def test_the_stub_keeps_remember_to_as_a_task_and_undoes_a_memory(
+    client: httpx.AsyncClient,
+) -> None:
+    assert (
+        "Added task 1: Pay the bills"
+        in (await chat(client, "Remember to pay the bills"))["response"]
+    )
+    said = await chat(client, "I need to remember to call mom")
+    assert "Added task 2: Call mom" in said["response"]
+    assert await memories(client) == []
+    saved = await chat(client, "note that I work Monday to Thursday")
+    assert [m["text"] for m in await memories(client)] == ["I work Monday to Thursday"]
+    undone = await chat(client, "undo", session_id=saved["session_id"])
+    assert "forgot “I work Monday to Thursday”" in undone["response"]
+    assert await memories(client) == []
+    temporary = await chat(client, "remember that I like tea", temporary=True)
+    assert "temporary chat" in temporary["response"]
+    assert await memories(client) == []

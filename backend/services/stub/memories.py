@@ -25,10 +25,14 @@ _KEEP = (
     r"(?:(?:please |also |and )?(?:remember|memori[sz]e|keep in mind|don't forget|dont forget"
     r"|do not forget|note|make a note|take note|save|store)(?: this)?)"
 )
-# Words that make "my X is ..." a task or a question about the list, not a fact.
+# Words that make "my X is ..." a task, a question about the list or a remark ("my cat is
+# sitting on the keyboard", "my day is busy"), not a fact to keep.
 _NOT_A_FACT = _rx(
     r".*\b(?:due|overdue|done|finished|complete|completed|pending|tomorrow|today|tonight"
     r"|next|task|tasks|todo|list|appointment|meeting)\b.*"
+    r"|(?:[\w'-]+ )+?(?:is|are) (?:\w+ing|busy|free|tired|sick|late|full|empty|broken|dead"
+    r"|over|gone|back|here|there|ok|okay|fine|great|awful|terrible|so|too|very|really|not"
+    r"|a mess|a bit|kind of|driving|killing)\b.*"
 )
 # "what's my day like", "what's on my list": the list, not a memory.
 _ABOUT_THE_LIST = _rx(
@@ -77,11 +81,13 @@ def _fact(text: str) -> str:
     return fact[:1].upper() + fact[1:]
 
 
+# "remember that I need to call mom", "remember: to call mom": a task, not a fact.
+_A_TASK = _rx(r"(?:to|(?:i|we) (?:need|have|must|should|ought|got|gotta)(?: to)?) .*")
+
+
 def _remember(match: re.Match[str]) -> Command | None:
     fact = _fact(match["fact"])
-    if not fact or fact.lower().startswith("to "):  # "remember: to call mom" is a task
-        return None
-    return Remember(fact)
+    return None if not fact or _A_TASK.fullmatch(fact) else Remember(fact)
 
 
 def _stated(match: re.Match[str]) -> Command | None:

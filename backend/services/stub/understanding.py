@@ -282,8 +282,8 @@ _PUT_ON_LIST = _rx(
 # "remind me to", "I need to remember to", "todo: ..." are always a new task.
 _REMEMBER = _rx(
     r"(?:(?:i (?:need|have|want|must|should|ought|got)(?: to)? |i've got to |i gotta )?"
-    r"remember(?: to)?|(?P<remind>remind me)(?: to| (?P<about>about|of)| that i (?:need|have) to"
-    r"| that)?"
+    r"remember(?: to| that (?:i|we) (?:need|have|must) to)?"
+    r"|(?P<remind>remind me)(?: to| (?P<about>about|of)| that i (?:need|have) to| that)?"
     r"|(?:don't|dont|do not) (?:let me )?forget(?: to| about)?|note to self"
     r"|(?:new )?(?:task|todo|to-do|reminder)(?= ?:)|todo|to-do)[:,]?(?: |$)"
 )

@@ -2,6 +2,9 @@
 to them by row-level security; their events on the person's event stream (never another's);
 in the export, the import and the erasure."""
 
+# The event stream's server process (tests/test_events.py), started once for this module.
+__all__ = ["server"]
+
 import uuid
 from typing import Any
 
@@ -13,6 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.chat_helpers import chat
 from tests.conftest import auth
+from tests.servers import ServerProcess
+from tests.test_events import open_stream, server, streaming
 
 
 async def remember(client: httpx.AsyncClient, words: str, *, user: str = "alice") -> dict[str, Any]:
@@ -218,3 +223,34 @@ async def test_the_stub_keeps_remember_to_as_a_task_and_undoes_a_memory(
     temporary = await chat(client, "remember that I like tea", temporary=True)
     assert "temporary chat" in temporary["response"]
     assert await memories(client) == []
+
+
+# -- the event stream, from a server process -------------------------------------------------
+
+
+async def test_the_persons_event_stream_tells_their_memory_changes_and_never_anothers(
+    server: ServerProcess,
+) -> None:
+    alice, bob = f"alice-{uuid.uuid4().hex[:6]}", f"bob-{uuid.uuid4().hex[:6]}"
+    async with streaming(server) as http:
+        async for stream in open_stream(http, alice):
+            await remember(http, "Bob's fact", user=bob)
+            made = await remember(http, "My dentist is Dr. Lee", user=alice)
+            created = await stream.next()
+            assert created["event"] == "memory.created"
+            assert created["data"]["subject"] == made["id"]
+            assert created["data"]["data"] == {
+                "user_id": alice,
+                "memory_id": made["id"],
+                "text": "My dentist is Dr. Lee",
+            }
+            path = f"/api/{alice}/memories/{made['id']}"
+            await http.patch(path, json={"text": "My dentist is Dr. Ng"}, headers=auth(alice))
+            updated = await stream.next()
+            assert (updated["event"], updated["data"]["data"]["text"]) == (
+                "memory.updated",
+                "My dentist is Dr. Ng",
+            )
+            await http.delete(f"/api/{alice}/memories", headers=auth(alice))
+            assert (await stream.next())["event"] == "memory.deleted"
+            break

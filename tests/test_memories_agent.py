@@ -19,6 +19,7 @@ from tests.conftest import auth, serving
 from tests.factories import make_task
 from tests.fake_openai import FakeOpenAI, call, reply, tool_calls
 from tests.test_memories import memories, remember
+from tests.test_sql_budget import _statements
 
 
 def carried(messages: list[dict[str, Any]]) -> list[str] | None:
@@ -214,3 +215,15 @@ async def test_a_temporary_turn_reads_and_writes_no_memory_on_all_three_routes(
     model.clear()
     await chat(agent_client, "who is my dentist?")
     assert carried(first_call(model)) == ["My dentist is Dr. Lee"]
+
+
+async def test_a_no_tool_turn_with_memories_is_still_two_statements(
+    agent_client: httpx.AsyncClient, model: FakeOpenAI
+) -> None:
+    for i in range(10):
+        await remember(agent_client, f"Fact number {i}")
+    session = (await chat(agent_client, "first"))["session_id"]
+    before = _statements()
+    await chat(agent_client, "one more", session_id=session)
+    assert _statements() - before == 2
+    assert len(carried(model.requests[-1].messages) or ()) == 10

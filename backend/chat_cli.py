@@ -41,8 +41,8 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 HELP = (
     "/tasks  your tasks · /lists  your lists · /list NAME  one list's tasks · /trash  deleted"
     " ones · /restore N · /undo  take back the last change · /sessions  past chats · /open ID"
-    "  continue one · /docs  your documents · /settings · /export FILE  all your data · /new"
-    " · /quit"
+    "  continue one · /docs  your documents · /memory  what it remembers of you · /settings"
+    " · /export FILE  all your data · /new · /quit"
 )
 Event = Callable[[str, dict[str, Any]], None]
 # Longer than the service's keep-alive interval (15 s): a silent stream is a dead one.
@@ -289,6 +289,10 @@ class Service:
 
     def settings(self) -> dict[str, Any]:
         result: dict[str, Any] = self._send("GET", "/settings")
+        return result
+
+    def memories(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._send("GET", "/memories")["data"]
         return result
 
     def sessions(self) -> dict[str, Any]:
@@ -562,6 +566,19 @@ class Chat:
         table.add_row("instructions", Text(settings["instructions"] or "(none)"))
         self.info.print(table)
 
+    def show_memories(self) -> None:
+        memories = self.service.memories()
+        if not memories:
+            self.info.print('Nothing remembered yet. Say "remember that ..." to keep a fact.')
+            return
+        table = Table(title="what the assistant remembers of you, newest first")
+        table.add_column("memory")
+        table.add_column("by")
+        table.add_column("since")
+        for memory in memories:
+            table.add_row(Text(memory["text"]), memory["created_by"], memory["created_at"][:16])
+        self.info.print(table)
+
     def show_sessions(self) -> None:
         page = self.service.sessions()
         if not page["data"]:
@@ -620,6 +637,8 @@ class Chat:
                 self.show_docs()
             case "/settings":
                 self.show_settings()
+            case "/memory" | "/memories":
+                self.show_memories()
             case "/export" if rest.strip():
                 self.export(rest.strip())
             case "/new":

@@ -70,6 +70,10 @@ class DocumentNotFound(NotFound):
     detail = "Document not found."
 
 
+class MemoryNotFound(NotFound):
+    detail = "Memory not found."
+
+
 class InvitationNotFound(NotFound):
     detail = "No such invitation (it may have been used, revoked or have expired)."
 

@@ -28,6 +28,7 @@ from backend.routers import (
     hooks,
     lists,
     mcp,
+    memories,
     metrics,
     sessions,
     tasks,
@@ -151,6 +152,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         user_settings,
         account,
         hooks,
+        memories,
     ):
         # The routes are complete (prefix, tags, documented errors) once declared; adding
         # them directly spares every request FastAPI's lazy re-resolution of included

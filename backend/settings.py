@@ -60,6 +60,8 @@ class Settings(BaseSettings):
     # chosen (their setting `confirm`); how long a held call can still be answered.
     agent_confirm_default: Literal["deletes", "changes", "never"] = "deletes"
     agent_approval_ttl_s: float = Field(default=86400.0, gt=0)
+    # How many tokens of a person's memories each model call carries (services/memory).
+    agent_memory_tokens: int = Field(default=600, ge=0)
     # Days a deleted task stays restorable in the trash before it is purged for good.
     trash_retention_d: float = Field(default=30.0, gt=0)
 

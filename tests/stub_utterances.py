@@ -70,6 +70,10 @@ class Case:
     # Said two days before `tz` next changes its clocks (tests/clock.py), so that the dates
     # it names fall across the change.
     dst: bool = False
+    # Memories the person has before (oldest first), and those they have after, newest
+    # first (None: the same as before).
+    remembered: tuple[str, ...] = ()
+    memories: tuple[str, ...] | None = None
 
     @property
     def messages(self) -> tuple[str, ...]:
@@ -1766,6 +1770,73 @@ CASES: list[Case] = [
         R,
         priority=L,
     ),
+    # --- memories: facts the person tells, asks back and takes back (issue 37) ---------
+    _c(
+        "memory",
+        "remember that my dentist is Dr. Lee",
+        memories=("My dentist is Dr. Lee",),
+        reply=("I'll remember", "My dentist is Dr. Lee"),
+    ),
+    _c("memory", "remember my gate code is 4711", memories=("My gate code is 4711",)),
+    _c(
+        "memory",
+        "please remember that the shop means the corner grocer",
+        memories=("The shop means the corner grocer",),
+    ),
+    _c("memory", "note that I work Monday to Thursday", memories=("I work Monday to Thursday",)),
+    _c("memory", "my sister's name is Ana", memories=("My sister's name is Ana",)),
+    _c("memory", "keep in mind I'm vegetarian", memories=("I'm vegetarian",)),
+    _c(
+        "memory",
+        "what do you remember about me?",
+        remembered=("My dentist is Dr. Lee", "My gate code is 4711"),
+        reply=("remember:", "- My gate code is 4711\n- My dentist is Dr. Lee"),
+    ),
+    _c("memory", "what do you remember about me?", reply=("don't remember anything",)),
+    _c(
+        "memory",
+        "what's my gate code?",
+        remembered=("My gate code is 4711",),
+        reply=("From memory", "My gate code is 4711"),
+    ),
+    _c(
+        "memory",
+        "who is my dentist?",
+        remembered=("My dentist is Dr. Lee", "My sister's name is Ana"),
+        reply=('From memory (you told me): "My dentist is Dr. Lee".',),
+    ),
+    _c(
+        "memory",
+        "what's my wifi password",
+        remembered=("My dentist is Dr. Lee",),
+        reply=("nothing about your wifi password",),
+    ),
+    _c(
+        "memory",
+        "forget that my dentist is Dr. Lee",
+        remembered=("My dentist is Dr. Lee", "My gate code is 4711"),
+        memories=("My gate code is 4711",),
+        reply=("Forgot",),
+    ),
+    _c(
+        "memory",
+        "forget my gate code",
+        remembered=("My dentist is Dr. Lee", "My gate code is 4711"),
+        memories=("My dentist is Dr. Lee",),
+    ),
+    _c(
+        "memory",
+        "forget my shoe size",
+        remembered=("My gate code is 4711",),
+        reply=("no memory of",),
+    ),
+    _c("memory", ("remember my gate code is 4711", "undo"), memories=()),
+    # ...and what stays a task, or a question about the list
+    _add("Remember to pay the bills", ("Pay the bills", None, M), memories=()),
+    _add("I need to remember to call mom", ("Call mom", None, M)),
+    _add("remember that I need to call the bank", ("Call the bank", None, M)),
+    _c("memory", "what's my next task?", tasks=("Call the vet",), reply=("Call the vet",)),
+    _c("memory", "my cat is sitting on the keyboard", reply=("didn't understand",)),
     # after the held-out sets, so that their cases keep the weekday they were measured on
     _time(
         "remind me about the school trip tomorrow at 5pm",  # no such task: a new one
@@ -1890,7 +1961,17 @@ class _Session:
     def _tools(self) -> TodoTools:
         """The tools of a new turn of this session."""
         turn = (uuid.uuid4(), uuid.uuid4())
-        return TodoTools(owner=self.user, name="Sam", tz=self.tz, session_id=self.id, turn=turn)
+        tools = TodoTools(owner=self.user, name="Sam", tz=self.tz, session_id=self.id, turn=turn)
+        tools.author = "stub"
+        return tools
+
+    async def memories(self) -> list[dict[str, Any]]:
+        """The person's memories, newest first, as a turn carries them."""
+        async with acting_as(self.engine, self.user) as db:
+            rows = await db.exec(  # type: ignore[call-overload]
+                text("SELECT id, text FROM memories ORDER BY created_at DESC, id DESC")
+            )
+            return [{"id": str(row.id), "text": row.text} for row in rows]
 
     async def open(self) -> None:
         async with self.engine.begin() as connection:
@@ -1927,7 +2008,10 @@ class _Session:
         self.tool_seconds = 0.0
         started = perf_counter()
         calling = call_tool if self.frozen is None else frozen(call_tool, self.frozen)
-        reply = await stub.respond(message, call_tool=calling, name="Sam", history=self.history)
+        memories = await self.memories()
+        reply = await stub.respond(
+            message, call_tool=calling, name="Sam", history=self.history, memories=memories
+        )
         own = perf_counter() - started - self.tool_seconds
         self.history += [("user", message, None, None), ("assistant", reply, calls, results)]
         return reply, own
@@ -1974,7 +2058,10 @@ async def run_case(
     session = _Session(engine, user, tz, frozen_at)
     await session.open()
     await _arrange(session, case.tasks, frozen_at or datetime.now(ZoneInfo(tz)))
+    for fact in case.remembered:
+        await session.run("remember", {"text": fact})
     before = await session.todos()
+    remembered = [m["text"] for m in await session.memories()]
     stub = StubResponder()
     reply, timings = "", []
     for message in case.messages:
@@ -1984,6 +2071,9 @@ async def run_case(
     now = (frozen_at or datetime.now(ZoneInfo(tz))).replace(tzinfo=None)
     problems = _compare(case, before, after, now)
     problems += [f"reply lacks {text!r}" for text in case.reply if text not in reply]
+    kept = [m["text"] for m in await session.memories()]
+    if kept != list(remembered if case.memories is None else case.memories):
+        problems.append(f"memories are {kept}, expected {case.memories or remembered}")
     why = "; ".join(problems) + (f"\nreply: {reply}" if problems else "")
     return Outcome(not problems, why, timings)
 

@@ -88,6 +88,8 @@ def test_tool_schemas_are_strict_and_have_no_user_id() -> None:
         "create_list",
         "search_documents",
         "get_user_context",
+        "remember",
+        "forget",
     ]
     for tool in TOOL_DEFINITIONS:
         function = tool["function"]

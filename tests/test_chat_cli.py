@@ -528,3 +528,23 @@ def test_docs_add_uploads_a_file_and_docs_lists_them(
     assert re.search(r"│ Moving +│ Home +│ 1 +│", shown), shown
     assert shown.index("notes") < shown.index("Moving")  # newest first
     assert "/docs" in done.stdout.split("you> /help", 1)[1]
+
+
+# ---------------------------------------------------------------- memories
+
+
+def test_memory_lists_what_the_assistant_remembers(server: ServerProcess, name: str) -> None:
+    user = dev_user_id(name)
+    env = {"TODO_AGENT_TOKEN": token_for(user, name=name)}
+    empty = chat(server, stdin="/memory\n", env=env)
+    assert empty.returncode == 0, empty.stderr
+    assert "Nothing remembered yet" in empty.stdout
+    api = httpx.Client(base_url=f"{server.url}/api/{user}", headers=auth(user))
+    for fact in ("My dentist is Dr. Lee", "My gate code is 4711"):
+        assert api.post("/memories", json={"text": fact}).status_code == 201
+    done = chat(server, stdin="/memory\n/help\n", env=env)
+    assert done.returncode == 0, done.stderr
+    shown, help_ = done.stdout.split("you> /memory", 1)[1].split("you> /help", 1)
+    assert shown.index("My gate code is 4711") < shown.index("My dentist is Dr. Lee")
+    assert "user" in shown
+    assert "/memory" in help_

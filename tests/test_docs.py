@@ -115,11 +115,17 @@ EXPECTED: dict[str, list[str | tuple[str, int]]] = {
         '"title":"Packing"',
         '"heading":"Moving \u203a Week before"',
     ],
+    "docs/memory.md": [
+        '"text":"I work Monday to Thursday"',
+        'I\'ll remember: \\"My dentist is Dr. Lee\\"',
+        'From memory (you told me): \\"My dentist is Dr. Lee\\".',
+        "I don't remember anything about you yet.",
+    ],
     "docs/operations.md": ['"status":"ok"', '"migrations":"at head"', 'route="/health"'],
     "docs/data.md": [
         'content-disposition: attachment; filename="todo-agent-export.json"',
         "todo-agent-export/1 ['Move flat', 'Water the plants'] 2",
-        '{"lists":1,"tasks":4,"documents":0,"sessions":1,"messages":2}',
+        '{"lists":1,"tasks":4,"documents":0,"sessions":1,"messages":2,"memories":0}',
         '"title":"Move flat"',
         "erased: 204",
         ('{"data":[],"count":0}', 2),

@@ -91,7 +91,11 @@ ONLY_USER_DELETED = {("events", "user_id"): 1, ("events", "data"): 1}
 
 async def _everything_else(client: httpx.AsyncClient, engine: AsyncEngine, user: str) -> None:
     """What `furnish` does not make: an idempotency record, an answered MCP question, an
-    invitation not taken yet."""
+    invitation not taken yet, a memory."""
+    memory = await client.post(
+        f"/api/{user}/memories", json={"text": f"{user}'s gate code is 4711"}, headers=auth(user)
+    )
+    assert memory.status_code == 201
     keyed = await client.post(
         f"/api/{user}/chat",
         json={"message": "add water the plants"},

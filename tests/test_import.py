@@ -118,7 +118,7 @@ async def test_a_round_trip_into_a_fresh_account_shows_what_the_person_saw(
     response = await import_into(client, "ada2", document)
     assert response.status_code == 200, response.text
     assert response.json() == {
-        "lists": 2, "tasks": 8, "documents": 1, "sessions": 1, "messages": 4
+        "lists": 2, "tasks": 8, "documents": 1, "sessions": 1, "messages": 4, "memories": 0
     }  # fmt: skip
 
     before, after = (

@@ -397,7 +397,7 @@ async def test_every_table_of_peoples_rows_has_forced_row_level_security_and_pol
         )
     assert bypass is False
     assert len(tables) >= 15
-    assert {"documents", "passages", "tasks"} <= {name for name, *_ in tables}
+    assert {"documents", "passages", "tasks", "memories"} <= {name for name, *_ in tables}
     unprotected = [name for name, enabled, forced, policies in tables
                    if not (enabled and forced and policies)]  # fmt: skip
     assert unprotected == []

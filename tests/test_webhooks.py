@@ -345,6 +345,30 @@ def client_for(server: ServerProcess, user_id: str) -> httpx.AsyncClient:
 # --- Delivery, signed -----------------------------------------------------------------------
 
 
+async def test_memory_events_reach_the_receiver_signed(
+    senders: list[ServerProcess], receiver: Receiver, engine: AsyncEngine, user: str
+) -> None:
+    async with client_for(senders[0], user) as api:
+        made = await api.post(f"/api/{user}/memories", json={"text": "My gate code is 4711"})
+        assert made.status_code == 201, made.text
+        memory_id = made.json()["id"]
+        changed = await api.patch(
+            f"/api/{user}/memories/{memory_id}", json={"text": "My gate code is 1234"}
+        )
+        assert changed.status_code == 200
+        assert (await api.delete(f"/api/{user}/memories/{memory_id}")).status_code == 204
+    rows = await settled(engine, user, 3, "delivered")
+    deliveries = {delivery.webhook_id: delivery for delivery in receiver.of(user)}
+    assert [row.type for row in rows] == ["memory.created", "memory.updated", "memory.deleted"]
+    texts = ["My gate code is 4711", "My gate code is 1234", "My gate code is 1234"]
+    for row, said in zip(rows, texts, strict=True):
+        delivery = deliveries[str(row.id)]
+        assert delivery.error is None
+        assert delivery.payload["type"] == row.type
+        assert delivery.payload["subject"] == memory_id
+        assert delivery.payload["data"] == {"user_id": user, "memory_id": memory_id, "text": said}
+
+
 async def test_every_event_type_reaches_the_receiver_signed_with_the_event_as_body(
     senders: list[ServerProcess], receiver: Receiver, engine: AsyncEngine, user: str
 ) -> None:

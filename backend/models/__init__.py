@@ -8,6 +8,7 @@ from backend.models.idempotency import IdempotencyKey
 from backend.models.identity import IdentityWebhookMessage
 from backend.models.list import ListInvitation, ListMember, TaskNumber, TodoList
 from backend.models.mcp import McpRequestState
+from backend.models.memory import Memory
 from backend.models.session import AgentMessage, AgentSession
 from backend.models.task import Task
 from backend.models.user import User
@@ -23,6 +24,7 @@ __all__ = [
     "ListInvitation",
     "ListMember",
     "McpRequestState",
+    "Memory",
     "Passage",
     "Task",
     "TaskChange",

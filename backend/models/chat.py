@@ -45,6 +45,11 @@ class ChatRequest(SQLModel):
     timezone: Timezone | None = Field(
         default=None, description="IANA name, e.g. Europe/Berlin; remembered for the user."
     )
+    temporary: bool = Field(
+        default=False,
+        description="A temporary turn: nothing is read from or written to the person's "
+        "memories, and `remember` is not offered.",
+    )
     approvals: list[ApprovalAnswer] | None = Field(
         default=None,
         max_length=MAX_APPROVALS,

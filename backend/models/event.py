@@ -27,6 +27,7 @@ EventType = Literal[
     "task.restored", "reminder.due", "list.created", "list.updated", "list.deleted",
     "list.member_added", "list.member_removed", "document.created", "document.updated",
     "document.deleted", "user.deleted",
+    "memory.created", "memory.updated", "memory.deleted",
 ]  # fmt: skip
 
 
@@ -75,7 +76,7 @@ class CloudEvent(BaseModel):
     time: datetime
     subject: str = PydanticField(
         description="The task's id (a list's, for list events; a document's, for document "
-        "events; the user's, for user.deleted)."
+        "events; the memory's, for memory events; the user's, for user.deleted)."
     )
     datacontenttype: Literal["application/json"] = "application/json"
     data: dict[str, Any] = PydanticField(
@@ -83,7 +84,8 @@ class CloudEvent(BaseModel):
         'task.deleted the task\'s id, number and title; for reminder.due also "remind_at" and '
         '"late"; list events carry {"user_id", "list": {"id", "name", "owner_id", "role"}} and, '
         'for member events, "member"; document events carry {"user_id", "document_id", '
-        '"list_id", "title"}; user.deleted carries {"user_id"} alone (the user erased).'
+        '"list_id", "title"}; memory events carry {"user_id", "memory_id", "text"}; '
+        'user.deleted carries {"user_id"} alone (the user erased).'
     )
 
 

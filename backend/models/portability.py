@@ -21,6 +21,7 @@ from backend.models.approval import ApprovalState
 from backend.models.chat import Timezone
 from backend.models.document import DocumentTitle, MediaType
 from backend.models.list import ListName, Role
+from backend.models.memory import CreatedBy, MemoryText
 from backend.models.session import Role as MessageRole
 from backend.models.task import Priority
 from backend.models.user import Confirm, DisplayName, Instructions
@@ -181,12 +182,22 @@ class ExportedDocument(_Part):
     created_at: Instant | None = None
 
 
+class ExportMemory(_Part):
+    """A fact the person told the assistant; imported as theirs, without its source."""
+
+    id: uuid.UUID | None = None
+    text: MemoryText
+    created_at: Instant | None = None
+    updated_at: Instant | None = None
+    created_by: CreatedBy = "user"
+
+
 class ExportDocument(_Part):
     """Everything the service holds about one person: their settings, the lists they own
     with all their tasks (steps under their parent, the trash included) and documents, the
     lists shared
     with them (name and role only), and every conversation with each message, tool call
-    and result. Never a secret; nothing of another person's."""
+    and result, and the memories. Never a secret; nothing of another person's."""
 
     format: Literal["todo-agent-export/1"]
     exported_at: Instant | None = None
@@ -195,6 +206,7 @@ class ExportDocument(_Part):
     tasks: list[ExportTask] = PydanticField(default_factory=list)
     documents: list[ExportedDocument] = PydanticField(default_factory=list)
     sessions: list[ExportSession] = PydanticField(default_factory=list)
+    memories: list[ExportMemory] = PydanticField(default_factory=list)
 
     @model_validator(mode="after")
     def _whole(self) -> "ExportDocument":
@@ -237,3 +249,4 @@ class ImportResult(BaseModel):
     documents: int = 0
     sessions: int
     messages: int
+    memories: int = 0

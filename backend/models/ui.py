@@ -68,6 +68,11 @@ class UIChatRequest(BaseModel):
     timezone: Timezone | None = Field(
         default=None, description="IANA name, e.g. Europe/Berlin; remembered for the user."
     )
+    temporary: bool = Field(
+        default=False,
+        description="A temporary turn: nothing is read from or written to the person's "
+        "memories, and `remember` is not offered.",
+    )
     approvals: Literal["ai-sdk"] | None = Field(
         default=None,
         description="`ai-sdk`: this client speaks the AI SDK 6 tool-approval protocol. A call "
@@ -122,10 +127,14 @@ class UIChatRequest(BaseModel):
                     "session_id": session_id,
                     "approvals": self.messages[-1].approval_responses(),
                     "timezone": self.timezone,
+                    "temporary": self.temporary,
                 }
             )
         return ChatRequest(
-            message=self.messages[-1].text(), session_id=session_id, timezone=self.timezone
+            message=self.messages[-1].text(),
+            session_id=session_id,
+            timezone=self.timezone,
+            temporary=self.temporary,
         )
 
 

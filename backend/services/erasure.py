@@ -14,9 +14,9 @@ The order is the design:
 2. **Batches** of at most BATCH rows each, every one its own transaction: their undo
    records, held calls, messages (session by session) and sessions, the tasks of their
    lists (steps go with their parent), their documents (passages first) and the lists,
-   idempotency records, events, answered MCP questions; then, as the worker (these rows
-   are in others' lists, which the user no longer reaches), their name comes off the tasks
-   (and documents) they made or were given there,
+   their memories, idempotency records, events, answered MCP questions; then, as the
+   worker (these rows are in others' lists, which the user no longer reaches), their name
+   comes off the tasks (and documents) they made or were given there,
    and their id out of others' events and undo records.
    Each batch ends by renewing the mark: should it be gone (another erasure of the same
    user finished, and a new account was made since), the batch rolls back and the
@@ -93,6 +93,8 @@ _STEPS: list[tuple[str, str, bool]] = [
      " (SELECT id FROM lists WHERE owner_id = :me LIMIT :n)", False),
     ("idempotency_keys", "DELETE FROM idempotency_keys WHERE (user_id, key) IN"
      " (SELECT user_id, key FROM idempotency_keys WHERE user_id = :me LIMIT :n)", False),
+    ("memories", "DELETE FROM memories WHERE id IN"
+     " (SELECT id FROM memories WHERE user_id = :me LIMIT :n)", False),
     ("events", "DELETE FROM events WHERE id IN"
      " (SELECT id FROM events WHERE user_id = :me LIMIT :n)", False),
     ("mcp_request_states", "DELETE FROM mcp_request_states WHERE nonce IN"

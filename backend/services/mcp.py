@@ -125,7 +125,9 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "get_user_context": UserContextResult,
 }
 # Undoing a chat turn belongs to the chat: an MCP call is not part of one.
-NOT_SERVED = frozenset({"undo_last_turn"})
+# Memories are written from a person's own chat message (a `remember` they did not ask for
+# waits for their yes): there is none behind an MCP call.
+NOT_SERVED = frozenset({"undo_last_turn", "remember", "forget"})
 
 
 def _output_schema(name: str) -> dict[str, Any] | None:

@@ -5,7 +5,7 @@ written as a stream, and read back into an account as new rows.
 lists they own with every task in them (whoever made it; steps under their parent, the
 trash included), the lists others share with them as a name and a role only (those tasks
 are the owner's), and every session with each message, tool call and result, held call
-and undo record. Nothing names another person: no member lists, no `created_by` or
+and undo record, and the memories. Nothing names another person: no member lists, no `created_by` or
 `assignee_id`. It runs in one read-only snapshot (`Database.snapshot`), each part read
 through a server-side cursor, each row turned into JSON by PostgreSQL and passed on as
 text, in chunks of CHUNK bytes: what the process holds at any moment is a chunk and a
@@ -15,10 +15,10 @@ cursor's batch, whatever the size of the account.
 lists (the Inbox's tasks go to the account's Inbox; a name the account has already gets a
 number), tasks in the document's order (so new numbers follow it), steps under their new
 parents, the trash as trash, repetition and reminders as they were (a reminder whose time
-passed before the import is marked fired: it does not fire late), and sessions with their
+passed before the import is marked fired: it does not fire late), sessions with their
 messages and held calls (a held call still waiting is imported as expired: it can no
-longer run). Settings the account has not chosen are taken from the document. Anything
-the database refuses refuses the whole document (InvalidImport, 422)."""
+longer run), and the memories. Settings the account has not chosen are taken from the
+document. Anything the database refuses refuses the whole document (InvalidImport, 422)."""
 
 import copy
 import uuid
@@ -35,11 +35,13 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from backend.errors import InvalidImport, NotFound
 from backend.models.approval import Approval
 from backend.models.list import ListMember, TodoList
+from backend.models.memory import Memory
 from backend.models.portability import (
     FORMAT,
     ExportDocument,
     ExportedDocument,
     ExportList,
+    ExportMemory,
     ExportSession,
     ExportStep,
     ImportResult,
@@ -149,6 +151,16 @@ _APPROVALS = text(
     FROM approvals WHERE session_id = :session ORDER BY created_at, id
     """
 )
+_MEMORIES = text(
+    """
+    SELECT json_build_object(
+        'id', id, 'text', text, 'created_at', created_at, 'updated_at', updated_at,
+        'created_by', created_by, 'source', CASE WHEN source_session_id IS NOT NULL THEN
+            json_build_object('session_id', source_session_id,
+                              'message_id', source_message_id) END)::text
+    FROM memories WHERE user_id = :me ORDER BY created_at DESC, id DESC
+    """
+)
 _CHANGES = text(
     """
     SELECT json_build_object(
@@ -248,6 +260,12 @@ async def _document(
             after = (updated_at, session_id)
         if len(page) < _SESSIONS_PER_PAGE:
             break
+    out.add('],"memories":[')
+    first = True
+    async for value in _values(db, _MEMORIES, me):
+        if out.add(value if first else "," + value):
+            yield out.take()
+        first = False
     out.add("]}\n")
     yield out.take()
 
@@ -284,6 +302,7 @@ async def import_document(
             db, user=user, items=document.documents, list_ids=list_ids, config=config
         )
         messages = await _import_sessions(db, user=user, sessions=document.sessions)
+        memories = await _import_memories(db, user=user, items=document.memories)
         await _fill_settings(db, user=user, document=document, config=config)
     except DBAPIError as refused:
         sqlstate = str(getattr(refused.orig, "sqlstate", ""))
@@ -302,6 +321,7 @@ async def import_document(
         documents=documents,
         sessions=len(document.sessions),
         messages=messages,
+        memories=memories,
     )
 
 
@@ -526,6 +546,25 @@ async def _import_sessions(db: AsyncSession, *, user: str, sessions: list[Export
         if rows:
             await connection.execute(insert(table), rows)
     return len(message_rows)
+
+
+async def _import_memories(db: AsyncSession, *, user: str, items: list[ExportMemory]) -> int:
+    """The memories, as the person's own, newest first as they were; no source: the turns
+    that saved them are imported as new sessions."""
+    rows = [
+        {
+            "id": uuid.uuid4(),
+            "user_id": user,
+            "text": item.text,
+            "created_by": item.created_by,
+            "created_at": item.created_at or datetime.now(UTC),
+            "updated_at": item.updated_at or item.created_at or datetime.now(UTC),
+        }
+        for item in items
+    ]
+    if rows:
+        await (await db.connection()).execute(insert(Memory), rows)
+    return len(rows)
 
 
 def _renamed_approvals(

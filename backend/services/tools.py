@@ -23,6 +23,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from backend.errors import (
     Conflict,
     InvalidSchedule,
+    MemoryNotFound,
     NotAllowed,
     NotAMember,
     NotFound,
@@ -30,6 +31,7 @@ from backend.errors import (
 )
 from backend.models._types import Description, DueAt, RemindAt, Tags, Text, Title
 from backend.models.list import ListCreate, ListName, ListPublic
+from backend.models.memory import MemoryText
 from backend.models.task import (
     MAX_STEPS,
     DueFilter,
@@ -45,6 +47,7 @@ from backend.services.documents import search as document_search
 from backend.services.documents.search import QueryMeaning
 from backend.services.documents.sections import HEADING_JOINER
 from backend.services.embeddings import Embeddings
+from backend.services.memory import store as memories
 from backend.services.recurrence import RecurrenceError
 from backend.services.tasks import TaskRef
 
@@ -193,6 +196,20 @@ class GetUserContext(ToolArgs):
     name = "get_user_context"
 
 
+class Remember(ToolArgs):
+    """Save a fact the user asked you to keep."""
+
+    name = "remember"
+    text: MemoryText
+
+
+class Forget(ToolArgs):
+    """Forget a saved memory."""
+
+    name = "forget"
+    memory: str = Field(max_length=500, description="Id or words of it.")
+
+
 TOOL_MODELS: tuple[type[ToolArgs], ...] = (
     ListTodos,
     AddTodo,
@@ -206,9 +223,13 @@ TOOL_MODELS: tuple[type[ToolArgs], ...] = (
     CreateList,
     SearchDocuments,
     GetUserContext,
+    Remember,
+    Forget,
 )
 _BY_NAME = {model.name: model for model in TOOL_MODELS}
 TOOL_NAMES = frozenset(_BY_NAME)
+# What reads or writes the person's memories: not offered in a temporary turn.
+MEMORY_TOOLS = frozenset({Remember.name, Forget.name})
 
 
 def _strict(schema: Any) -> Any:
@@ -242,6 +263,9 @@ def _definition(model: type[ToolArgs]) -> ChatCompletionFunctionToolParam:
 
 # Built once: the same list goes out with every model call.
 TOOL_DEFINITIONS: list[ChatCompletionFunctionToolParam] = [_definition(m) for m in TOOL_MODELS]
+TEMPORARY_TOOL_DEFINITIONS = [
+    t for t in TOOL_DEFINITIONS if t["function"]["name"] not in MEMORY_TOOLS
+]
 
 
 MAX_PASSAGES = 5
@@ -269,6 +293,10 @@ def passage_citation(passage: Mapping[str, Any]) -> str:
 
 def error(message: str) -> ToolResult:
     return {"status": "error", "error": message}
+
+
+def _memory_shown(memory: Any) -> ToolResult:
+    return memories.public(memory).model_dump(mode="json")
 
 
 class _UnknownName(Exception):
@@ -317,6 +345,9 @@ def approval_summary(name: str, result: ToolResult) -> str:
             return f"Create the list “{(result.get('list') or {}).get('name')}”"
         case "undo_last_turn", _:
             return str(result.get("summary") or "Undo the last change").rstrip(".")
+        case "remember" | "forget", _:
+            said = (result.get("memory") or {}).get("text")
+            return f"{name.capitalize()} “{said}”"
         case _:
             return f"Change {named}"
 
@@ -344,8 +375,13 @@ class TodoTools:
         session_id: uuid.UUID | None = None,
         turn: tuple[uuid.UUID, uuid.UUID] | None = None,
         semantic: Embeddings | None = None,
+        remembers: bool = True,
     ) -> None:
         self.owner = owner
+        # False: a temporary turn, which neither reads nor writes memories.
+        self.remembers = remembers
+        self.definitions = TOOL_DEFINITIONS if remembers else TEMPORARY_TOOL_DEFINITIONS
+        self.author = "model"  # who saves a memory: the model, or the stub answering for it
         self.name = name
         self.tz = tz
         self.session_id = session_id
@@ -424,8 +460,12 @@ class TodoTools:
                     return await self._search(db, call)
                 case GetUserContext():
                     return await self._context(db)
+                case Remember() | Forget():
+                    return await self._memory(db, call)
         except _UnknownName as unknown:
             return error(str(unknown))
+        except MemoryNotFound as missing:
+            return error(missing.detail)
         except NotFound as missing:
             name = getattr(call, "todo_id", None) or getattr(call, "parent", None) or ""
             return error(f"{missing.detail} No task {name!r}.")
@@ -631,6 +671,23 @@ class TodoTools:
             meaning=self._meanings.get(call.query),
         )
         return {"passages": [hit.public().model_dump(mode="json") for hit in found]}
+
+    async def _memory(self, db: AsyncSession, call: Remember | Forget) -> ToolResult:
+        if not self.remembers:
+            return error("This is a temporary chat: nothing is remembered or forgotten in it.")
+        if isinstance(call, Remember):
+            source = (self.session_id, self.turn[1]) if self.session_id and self.turn else None
+            saved = await memories.create_memory(
+                db=db, owner=self.owner, text=call.text, created_by=self.author, source=source
+            )
+            return {"status": "remembered", "memory": _memory_shown(saved)}
+        try:
+            found = await memories.find(db=db, owner=self.owner, ref=call.memory)
+        except memories.AmbiguousMemory as ambiguous:
+            named = "; ".join(f"{m.id}: {m.text}" for m in ambiguous.candidates[:5])
+            return error(f"Several memories match {call.memory!r}: {named}. Give one's id.")
+        gone = await memories.delete_memory(db=db, owner=self.owner, memory_id=found.id)
+        return {"status": "forgotten", "memory": _memory_shown(gone)}
 
     async def _context(self, db: AsyncSession) -> ToolResult:
         counts = await tasks.task_counts(db=db, user=self.owner)

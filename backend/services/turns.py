@@ -57,6 +57,8 @@ class Opening:
     confirm: str | None = None
     # The session's calls held for the person's yes (pending; `expired` ones too).
     held: list[dict[str, Any]] = field(default_factory=list)
+    # The person's memories, newest first, as many as the turn's budget held (services/memory).
+    memories: list[dict[str, Any]] = field(default_factory=list)
     tokens_today: int = 0
     rate_limited: bool = False
     retry_after_s: float = 0.0
@@ -77,7 +79,8 @@ class Opening:
 #  lease:    if allowed, take the session (or create it) for this turn; the lease lives in
 #            the session row and expires, so a process that dies mid-turn cannot wedge it.
 #  admitted: if the session was taken, count the turn, remember the user's timezone, read
-#            the history (`todo_history`), store the user message, read the held calls.
+#            the history (`todo_history`), store the user message, read the held calls
+#            and the person's memories (`todo_memories`, migration 0019).
 # The history is the latest messages before this one, newest first, walked back a message
 # at a time: the `max(seq)` below the last one, then that row, each a probe of the
 # (session_id, seq) index, so its cost does not grow with the session. (Not `ORDER BY seq
@@ -88,7 +91,7 @@ class Opening:
 _OPEN_TURN = Statement(
     text(
         "SELECT * FROM todo_open_turn(:owner, :session, :is_new, :chat, :turn, :lease,"
-        " :spacing, :tau, :timezone, :message, :content, :title, :adds, :limit)"
+        " :spacing, :tau, :timezone, :message, :content, :title, :adds, :limit, :memory)"
     )
 )
 # The user's session by its id or a client's chat id (the id first), and whether a turn
@@ -158,7 +161,7 @@ _RESUME = text(
     SELECT COALESCE(u.display_name, u.name) AS name, u.timezone, u.instructions, u.model,
            u.confirm,
            CASE WHEN u.tokens_day = CURRENT_DATE THEN u.tokens_used ELSE 0 END AS tokens_today,
-           todo_history(:session, :want) AS history,
+           todo_history(:session, :want) AS history, todo_memories(:owner, :memory) AS memories,
            (SELECT json_agg(a ORDER BY a.created_at) FROM (
                 SELECT p.id, p.message_id, p.tool_call_id, p.name, p.arguments, p.summary,
                        p.created_at, p.expires_at <= now() AS expired
@@ -175,6 +178,7 @@ _RESUME = text(
     column("tokens_today", BigInteger),
     column("history", JSON),
     column("held", JSON),
+    column("memories", JSON),
 )
 _LAPSED = text("SELECT session_id, user_id, turn FROM todo_lapsed_turns(:want)")
 # Draining: the lease ends now, and the sweeper of another replica takes the turn.
@@ -288,6 +292,7 @@ async def open_turn(
     chat_id: str | None = None,
     regenerate: bool = False,
     message_id: uuid.UUID | None = None,
+    memory_chars: int = 0,
 ) -> Opening:
     """Start a turn: admit it, take (or create) the session, store the user message and
     read the `history` latest messages ending with it, oldest first, and the session's held
@@ -297,7 +302,8 @@ async def open_turn(
     else a new one. `regenerate` answers the stored last user message again, and the
     answers it already had are shown to the model only as the tool calls they made (those
     happened; their words are what is being replaced). `message=None` without it stores
-    nothing: the turn goes on from where the session is (answering held calls)."""
+    nothing: the turn goes on from where the session is (answering held calls). The
+    person's memories come too, newest first, as many as `memory_chars` holds (0: none)."""
     interval, tau = _gcra(per_minute)
     message_id = message_id or uuid.uuid4()
     adds = message is not None and not regenerate
@@ -318,6 +324,7 @@ async def open_turn(
         "title": title_from(message or ""),
         "adds": adds,
         "limit": history - 1 if adds else history,
+        "memory": memory_chars,
     }
     row = await first_row(db, _OPEN_TURN, params)
     if row is None:
@@ -361,6 +368,7 @@ async def open_turn(
         model=row["model"],
         confirm=row["confirm"],
         held=row["held"] or [],
+        memories=row["memories"] or [],
         tokens_today=row["tokens_today"],
     )
 
@@ -520,15 +528,15 @@ class Resumption:
     tokens_today: int
     stored: list[dict[str, Any]]
     held: list[dict[str, Any]]
+    memories: list[dict[str, Any]]
 
 
 async def resume(
-    db: AsyncConnection, *, owner: str, session_id: uuid.UUID, history: int
+    db: AsyncConnection, *, owner: str, session_id: uuid.UUID, history: int, memory_chars: int = 0
 ) -> Resumption | None:
     """Read what a taken-over turn needs, as the session's user; None: no such user."""
-    row = (
-        await db.execute(_RESUME, {"owner": owner, "session": session_id, "want": history})
-    ).first()
+    params = {"owner": owner, "session": session_id, "want": history, "memory": memory_chars}
+    row = (await db.execute(_RESUME, params)).first()
     if row is None:
         return None
     return Resumption(
@@ -540,6 +548,7 @@ async def resume(
         tokens_today=row.tokens_today,
         stored=row.history or [],
         held=row.held or [],
+        memories=row.memories or [],
     )
 
 

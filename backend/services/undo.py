@@ -1,6 +1,7 @@
 """Undo a chat turn: put back what its tool calls changed, from what was recorded when
 they ran (the `tasks_record_change` trigger of migration 0006 writes each task's row as it
-was before, in the transaction of the change, while `todo_agent.turn` names the turn).
+was before, in the transaction of the change, while `todo_agent.turn` names the turn), and
+the memories it saved (each names the turn's message as its source).
 
 A turn is undone whole or not at all: if any task it touched has changed since, from
 anywhere, nothing is undone and the answer names that task (409). Undone, a turn is
@@ -20,6 +21,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from backend.errors import NothingToUndo, SessionBusy, SessionNotFound, UndoConflict
 from backend.models.change import UndoAction, UndoChange, UndoResult
+from backend.services.memory import store as memories
 
 _RECORD = text("SELECT set_config('todo_agent.turn', :turn, true)")
 _SESSION = text(
@@ -27,9 +29,17 @@ _SESSION = text(
     " WHERE id = :session AND user_id = :owner FOR UPDATE"
 )
 # A turn that only purged from the trash changed nothing that can come back: not one to undo.
+# A turn that saved a memory is one too (services/memory/store.py takes it back).
 _LAST_TURN = text(
-    "SELECT message_id FROM task_changes WHERE session_id = :session AND undone_at IS NULL"
-    " AND action <> 'purged' AND message_id IS DISTINCT FROM :besides ORDER BY id DESC LIMIT 1"
+    "SELECT message_id FROM ("
+    " (SELECT message_id, created_at FROM task_changes WHERE session_id = :session"
+    "  AND undone_at IS NULL AND action <> 'purged' AND message_id IS DISTINCT FROM :besides"
+    "  ORDER BY id DESC LIMIT 1)"
+    " UNION ALL"
+    " (SELECT source_message_id, created_at FROM memories WHERE source_session_id = :session"
+    "  AND created_by <> 'user' AND source_message_id IS DISTINCT FROM :besides"
+    "  ORDER BY created_at DESC LIMIT 1)"
+    ") AS last ORDER BY created_at DESC LIMIT 1"
 )
 _CHANGES = text(
     "SELECT task_id, action, before, after FROM task_changes"
@@ -137,7 +147,9 @@ async def undo_last_turn(
     await connection.execute(_DONE, {"message": message_id})
     changes.reverse()
     lost = [str((t.before or {}).get("title") or "") for t in gone]
-    return UndoResult(message_id=message_id, changes=changes, summary=summary(changes, lost))
+    forgotten = await memories.undo_turn(connection, message_id=message_id)
+    said = summary(changes, lost, forgotten)
+    return UndoResult(message_id=message_id, changes=changes, summary=said)
 
 
 def _touched(rows: Sequence[Any]) -> list[_Touched]:
@@ -199,10 +211,15 @@ _VERBS: dict[UndoAction, str] = {
 }
 
 
-def summary(changes: list[UndoChange], lost: Sequence[str] = ()) -> str:
+def summary(
+    changes: list[UndoChange], lost: Sequence[str] = (), forgotten: Sequence[str] = ()
+) -> str:
     """The undo in one sentence: "Undone: removed task 5 “Milk” (to the trash); ...", and
     what that turn deleted for good, which cannot come back."""
-    done = "; ".join(_VERBS[c.action].format(n=c.number, t=c.title) for c in changes)
+    done = "; ".join(
+        [_VERBS[c.action].format(n=c.number, t=c.title) for c in changes]
+        + [f"forgot “{text}”" for text in forgotten]
+    )
     said = f"Undone: {done}." if done else "Nothing of that turn could be taken back."
     if lost:
         said += " Deleted for good, and not coming back: " + ", ".join(f"“{t}”" for t in lost)

@@ -5,14 +5,16 @@ module of its own:
 
 - `understanding`: the message -> typed commands (intent and slots), from tables of rows,
   with `questions` (list requests and questions about the list), `reading` (requests about
-  documents) and `references` (how a message names a task);
+  documents), `memories` (what to remember, recall or forget) and `references` (how a
+  message names a task);
 - `entities`: the built-in entities in the slots: dates (dateparser) and times of day,
   repeats (the service's own reader), reminders, numbers, priorities, #tags;
 - `context`: what the session's recent turns say (tasks shown or touched, the question
   asked, the last change);
 - `resolver`: which of the user's tasks a reference means (rapidfuzz, context);
 - `executor`: carrying the commands out through the tool caller it is given (reading the
-  person's documents from the `shelf` it is given, where no tool reads them);
+  person's documents from the `shelf` it is given, where no tool reads them, and answering
+  from the memories the turn carries);
 - `replies`: the phrasing.
 
 Safety, by construction: only the user's message is parsed (titles coming back from tools
@@ -21,8 +23,8 @@ are done ("bought milk and paid rent", each named on its own), and never deletes
 messages longer than any command are declined before parsing.
 """
 
-from collections.abc import Sequence
-from typing import assert_never
+from collections.abc import Mapping, Sequence
+from typing import Any, assert_never
 
 from backend.services.stub import context as session_context
 from backend.services.stub import entities, replies
@@ -36,9 +38,12 @@ from backend.services.stub.commands import (
     DeleteMatching,
     DeleteTask,
     EmptyTrash,
+    Forget,
     Help,
     ListTasks,
     Plan,
+    Recall,
+    Remember,
     RestoreTask,
     Say,
     SetCompleted,
@@ -79,15 +84,17 @@ class StubResponder:
         name: str | None = None,
         history: Sequence[HistoryRow] = (),
         documents: Shelf | None = None,
+        memories: Sequence[Mapping[str, Any]] = (),
     ) -> str:
         """Understand `message` in the light of the session's earlier turns (oldest first),
         carry it out with call_tool(tool_name, arguments), return the reply text. What it
-        reads of the person's documents it reads from `documents`."""
+        reads of the person's documents it reads from `documents`; what it remembers of them
+        is `memories` (newest first), as the turn carries them."""
         context = session_context.read(history)
         commands = parse(message, context)
         if not commands:
             return DIDNT_UNDERSTAND
-        executor = Executor(Calls(call_tool), context, documents)
+        executor = Executor(Calls(call_tool), context, documents, memories)
         said: list[str] = []
         try:
             for group in _groups(commands):
@@ -148,5 +155,11 @@ async def _run(commands: list[Command], executor: Executor, name: str | None) ->
             return await executor.ask_documents(first)
         case TasksFromDocument():
             return await executor.tasks_from_document(first)
+        case Remember():
+            return await executor.remember(first)
+        case Recall():
+            return executor.recall(first)
+        case Forget():
+            return await executor.forget(first)
         case _:
             assert_never(first)

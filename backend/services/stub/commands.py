@@ -135,6 +135,27 @@ class Undo:
     """Take back the last turn of this session that changed tasks."""
 
 
+@dataclass(frozen=True, slots=True)
+class Remember:
+    """ "remember that my dentist is Dr. Lee": a fact about the person, as it is kept."""
+
+    fact: str
+
+
+@dataclass(frozen=True, slots=True)
+class Recall:
+    """ "what's my gate code?": the memories about `topic` (None: all of them)."""
+
+    topic: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Forget:
+    """ "forget my gate code": the one memory the words name (asked about first)."""
+
+    what: str
+
+
 Command = (
     Say
     | Help
@@ -154,6 +175,9 @@ Command = (
     | AskDocuments
     | TasksFromDocument
     | Undo
+    | Remember
+    | Recall
+    | Forget
 )
 # Commands that name an existing task: a bare answer ("the plumber one") can fill their ref.
 RefCommand = SetCompleted | DeleteTask | UpdateTask | ShowSteps | RestoreTask | Assign

@@ -1,7 +1,7 @@
 """Carrying commands out, only through the tool caller the stub was given."""
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import date, datetime, time, timedelta
 from typing import Any
@@ -12,6 +12,7 @@ from backend.models.task import MAX_STEPS, Priority
 from backend.services import recurrence
 from backend.services.documents import checklist
 from backend.services.documents.sections import sections
+from backend.services.memory import store as memories
 from backend.services.recurrence import RecurrenceError, Repeat
 from backend.services.stub import entities, replies, resolver
 from backend.services.stub.calls import Calls, Stop, todo
@@ -22,8 +23,11 @@ from backend.services.stub.commands import (
     CreateList,
     DeleteMatching,
     DeleteTask,
+    Forget,
     ListTasks,
     Plan,
+    Recall,
+    Remember,
     RestoreTask,
     SetCompleted,
     ShowSteps,
@@ -138,10 +142,17 @@ def _reminder_offset(todo_: Mapping[str, Any]) -> timedelta | None:
 
 
 class Executor:
-    def __init__(self, calls: Calls, context: Context, shelf: Shelf | None = None) -> None:
+    def __init__(
+        self,
+        calls: Calls,
+        context: Context,
+        shelf: Shelf | None = None,
+        memories: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
         self._calls = calls
         self._context = context
         self._shelf = shelf  # the person's documents, where the stub may read them
+        self._memories = list(memories)  # what the turn carries of them, newest first
         self._resolver = Resolver(calls, context)
         self._now: datetime | None = None
         self._tz = ZoneInfo("UTC")  # the user's zone, read with `now`
@@ -339,6 +350,40 @@ class Executor:
             )
         best = hits[0]
         return f"From {replies.source(best.title, best.heading)}:\n{replies.quote(best.text)}"
+
+    async def remember(self, command: Remember) -> str:
+        result = await self._calls("remember", {"text": command.fact}, "remember that")
+        kept = str((result.get("memory") or {}).get("text") or command.fact)
+        return f'Got it, I\'ll remember: "{replies.clean(kept, limit=500)}". {replies.UNDO_HINT}'
+
+    def recall(self, command: Recall) -> str:
+        """What the memories say (about the topic), said to come from them."""
+        texts = [str(m.get("text") or "") for m in self._memories]
+        if command.topic is None:
+            if not texts:
+                return replies.NOTHING_REMEMBERED
+            lines = [f"- {replies.clean(text, limit=500)}" for text in texts]
+            return "\n".join(["From what you told me to remember:", *lines])
+        found = [texts[i] for i in memories.matching(texts, command.topic)]
+        if not found:
+            topic = replies.clean(command.topic, limit=60)
+            return f"I have nothing about your {topic} in memory. {replies.REMEMBER_HINT}"
+        quoted = "; ".join(f'"{replies.clean(text, limit=500)}"' for text in found)
+        return f"From memory (you told me): {quoted}."
+
+    async def forget(self, command: Forget) -> str:
+        """The one memory the words name, forgotten once the person says yes."""
+        found = [self._memories[i] for i in memories.matching(
+            [str(m.get("text") or "") for m in self._memories], command.what)]  # fmt: skip
+        if not found:
+            what = replies.clean(command.what, limit=60)
+            return f'I have no memory of "{what}". Ask "what do you remember about me?"'
+        if len(found) > 1:
+            lines = [f"- {replies.clean(str(m.get('text')), limit=200)}" for m in found]
+            return "\n".join(["Which one should I forget?", *lines])
+        result = await self._calls("forget", {"memory": str(found[0]["id"])}, "forget that")
+        gone = replies.clean(str((result.get("memory") or {}).get("text")), limit=500)
+        return f'Forgot: "{gone}".'
 
     async def tasks_from_document(self, command: TasksFromDocument) -> str:
         """One task named after the document (or the section named), its steps the items

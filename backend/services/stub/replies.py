@@ -39,6 +39,9 @@ NO_DOCUMENTS = (
     'page), then ask "What does my packing list say about passports?" or "Make tasks from my '
     'moving checklist".'
 )
+UNDO_HINT = '(Say "undo" to take it back.)'
+REMEMBER_HINT = 'Tell me, for example: "Remember that my gate code is 4711".'
+NOTHING_REMEMBERED = f"I don't remember anything about you yet. {REMEMBER_HINT}"
 MAX_QUOTED_LINES = 12
 
 

@@ -39,6 +39,7 @@ from backend.services.stub.commands import (
     UpdateTask,
 )
 from backend.services.stub.context import Context
+from backend.services.stub.memories import memory_request
 from backend.services.stub.questions import list_request
 from backend.services.stub.reading import document_request
 from backend.services.stub.references import explicit_id, names_one, points_at_one
@@ -281,8 +282,8 @@ _PUT_ON_LIST = _rx(
 # "remind me to", "I need to remember to", "todo: ..." are always a new task.
 _REMEMBER = _rx(
     r"(?:(?:i (?:need|have|want|must|should|ought|got)(?: to)? |i've got to |i gotta )?"
-    r"remember(?: to)?|(?P<remind>remind me)(?: to| (?P<about>about|of)| that i (?:need|have) to"
-    r"| that)?"
+    r"remember(?: to| that (?:i|we) (?:need|have|must) to)?"
+    r"|(?P<remind>remind me)(?: to| (?P<about>about|of)| that i (?:need|have) to| that)?"
     r"|(?:don't|dont|do not) (?:let me )?forget(?: to| about)?|note to self"
     r"|(?:new )?(?:task|todo|to-do|reminder)(?= ?:)|todo|to-do)[:,]?(?: |$)"
 )
@@ -814,8 +815,10 @@ _HEADING = _rx(
 
 
 def _command(text: str) -> Command | None:
-    """A request about documents, a command that starts with its verb, a list request, or
-    "task 3 is done"."""
+    """A request about memories or documents, a command that starts with its verb, a list
+    request, or "task 3 is done"."""
+    if (intent := memory_request(text)) is not None:
+        return intent
     if (intent := document_request(text)) is not None:
         return intent
     for pattern, build in _VERB_RULES:

@@ -844,11 +844,15 @@ class OpenAIAgentService:
 def _tell_end(turn: Turn, ended: "asyncio.Task[ChatResponse]") -> None:
     """The turn's last event: its reply, or why there is none. A turn is cancelled only
     when its process stops: another replica takes it over, so its streams end here
-    without a last event, and their clients join it again (with their Last-Event-ID)."""
+    without a last event, and their clients join it again (with their Last-Event-ID). A
+    turn a drain handed over ends its streams here with the error that says so, and only
+    here: streams joined from another replica follow it on to the one that finishes it."""
     if turn.feed is None:
         return
     if ended.cancelled():
         turn.feed.leave()
+    elif isinstance(handed := ended.exception(), TurnHandedOver):
+        turn.feed.hand_over({"detail": handed.detail}, turn.steps)
     elif (failure := ended.exception()) is not None:
         detail = failure.detail if isinstance(failure, DomainError) else "Internal error."
         turn.send("error", {"detail": detail})

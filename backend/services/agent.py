@@ -605,7 +605,7 @@ class OpenAIAgentService:
             call_id = f"stub_{turn.id.hex[:8]}_{next(counter)}"
             return await self._call_tool(turn, call_id, name, dict(arguments))
 
-        documents = Shelf(self._database, user=turn.owner, semantic=self.semantic)
+        documents = Shelf(self._database, user=turn.owner)
         text = await self._stub.respond(
             turn.message,
             call_tool=call_tool,

@@ -11,8 +11,9 @@ module of its own:
 - `context`: what the session's recent turns say (tasks shown or touched, the question
   asked, the last change);
 - `resolver`: which of the user's tasks a reference means (rapidfuzz, context);
-- `executor`: carrying the commands out through the tool caller it is given (reading the
-  person's documents from the `shelf` it is given, where no tool reads them);
+- `executor`: carrying the commands out through the tool caller it is given (passages
+  found with `search_documents`, as a model finds them; the documents' titles and text,
+  to find the one a message names, from the `shelf` it is given, where no tool reads them);
 - `replies`: the phrasing.
 
 Safety, by construction: only the user's message is parsed (titles coming back from tools
@@ -82,7 +83,7 @@ class StubResponder:
     ) -> str:
         """Understand `message` in the light of the session's earlier turns (oldest first),
         carry it out with call_tool(tool_name, arguments), return the reply text. What it
-        reads of the person's documents it reads from `documents`."""
+        reads of the person's documents beyond the tools it reads from `documents`."""
         context = session_context.read(history)
         commands = parse(message, context)
         if not commands:

@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 JS_DIRS := $(patsubst %/package.json,%,$(wildcard tests/js/*/package.json clients/*/package.json))
 JS_STAMPS := $(addsuffix /node_modules/.installed,$(JS_DIRS))
 
-.PHONY: run test lint format bench migrate clean js client
+.PHONY: run test test-embedded lint format bench migrate clean js client
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,12 +39,24 @@ run: $(STAMP)
 POOLED_TESTS := tests/test_pooler.py tests/test_tasks.py tests/test_chat.py \
 	tests/test_streaming.py tests/test_lists.py tests/test_events.py tests/test_sql_budget.py
 
+# Run a second time on the embedded PostgreSQL 16, which has pgvector (passages' vectors and
+# their indexes exist there only), when the suite itself ran on another server: the schema
+# against the models, the migrations down and up, documents and search by words and meaning.
+EMBEDDED_TESTS := tests/test_migrations.py tests/test_document_vectors.py \
+	tests/test_document_search.py tests/test_documents.py
+
 ## The whole suite against real PostgreSQL (TEST_DATABASE_URL, else an embedded one), on two
 ## workers, each with a database of its own; a module's tests stay together on one worker.
-## Then POOLED_TESTS again through PgBouncer.
+## Then POOLED_TESTS again through PgBouncer, and EMBEDDED_TESTS on the embedded PostgreSQL
+## when TEST_DATABASE_URL named another (without it the whole suite ran there already).
 test: $(STAMP) $(JS_STAMPS)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 	TEST_THROUGH_PGBOUNCER=1 $(BIN)/python -m pytest -n 2 --dist loadfile $(POOLED_TESTS)
+	@if [ -n "$$TEST_DATABASE_URL" ]; then $(MAKE) --no-print-directory test-embedded; fi
+
+## EMBEDDED_TESTS on an embedded PostgreSQL 16 with pgvector, whatever TEST_DATABASE_URL says.
+test-embedded: $(STAMP)
+	env -u TEST_DATABASE_URL $(BIN)/python -m pytest -n 2 --dist loadfile $(EMBEDDED_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

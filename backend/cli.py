@@ -114,7 +114,7 @@ def serving_app() -> "FastAPI":
         if context is None:  # still starting: nothing to drain
             uvicorn_stops(signum, frame)
             return
-        context.agent.refuse_turns()  # now, not when the loop gets to the drain
+        context.agent.replica.refuse_turns()  # now, not when the loop gets to the drain
         loop.call_soon_threadsafe(lambda: draining.add(loop.create_task(drain_then_stop(signum))))
 
     signal.signal(signal.SIGTERM, on_sigterm)

@@ -68,7 +68,7 @@ class AppContext:
             events=events,
             reminders=ReminderClock(settings, database),
             upkeep=Upkeep(settings, database),
-            sweeper=TurnSweeper(settings, database, agent),
+            sweeper=TurnSweeper(settings, database, agent.replica),
             turn_streams=turn_streams,
             webhooks=webhooks,
             embeddings=Embeddings(settings) if settings.embeddings_model else None,
@@ -109,23 +109,23 @@ class AppContext:
 
     @property
     def draining(self) -> bool:
-        return self.agent.draining
+        return self.agent.replica.draining
 
     async def drain(self) -> None:
         """Go away without cutting anything (SIGTERM): refuse new turns at once (and
         `/ready` answers 503), take no other replica's turns over, let the turns in flight
         finish within SHUTDOWN_GRACE_S and hand the rest over, then end the event streams
         so their clients move on."""
-        self.agent.refuse_turns()
+        self.agent.replica.refuse_turns()
         # Stopped before the hand-over too, or it could take its own turns back.
         await self.sweeper.stop()
-        await self.agent.drain(self.settings.shutdown_grace_s)
+        await self.agent.replica.drain(self.settings.shutdown_grace_s)
         self.events.end_streams()
 
     async def close(self) -> None:
         for worker in self._background():
             await worker.stop()
-        await self.agent.drain(self.settings.shutdown_grace_s)
+        await self.agent.replica.drain(self.settings.shutdown_grace_s)
         await self.agent.close()
         if self.embeddings is not None:
             await self.embeddings.close()

@@ -26,7 +26,7 @@ class ChatFastPath:
     route (`backend.routers.chat.chat`) stays the one FastAPI documents and serves; this
     ASGI layer, installed inside the CORS and server-error middleware, answers the requests
     it can prove plain with the very same steps (`verify`, `ensure_user`, `ChatRequest`, and
-    the route's own `answer_chat`: `agent.begin`, `agent.start`) and the same bytes.
+    the route's own `answer_chat`: `agent.begin`, `agent.replica.start`) and the same bytes.
     Anything else passes through to FastAPI untouched, its body replayed: another method or
     path, a root path, no bearer token, another content type, no Content-Length, an
     Idempotency-Key, a body that does not validate, a token that does not verify or names

@@ -15,6 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 SCRIPT_LOCATION = Path(__file__).resolve().parent / "alembic"
 # Serializes concurrent `migrate` runs (several replicas starting at once).
 _MIGRATION_LOCK_ID = 0x70D0A6E7
+# What exists only where the server has pgvector (0012 makes it when it can), so the models
+# do not declare it: passages' vectors (with their indexes) and the key they refer to.
+_WHERE_PGVECTOR = {("table", "passage_vectors"), ("unique_constraint", "uq_passages_list_id")}
 
 
 def alembic_config() -> Config:
@@ -22,6 +25,13 @@ def alembic_config() -> Config:
     config = Config()
     config.set_main_option("script_location", str(SCRIPT_LOCATION))
     return config
+
+
+def declared(name: str | None, type_: str, parent_names: object) -> bool:
+    """Whether a database object is one the models declare, for Alembic's `include_name`:
+    comparing a database with the models (the tests, `alembic revision --autogenerate`)
+    leaves out what only pgvector's servers have, rather than proposing to drop it."""
+    return (type_, name) not in _WHERE_PGVECTOR
 
 
 @cache

@@ -229,3 +229,18 @@ def test_compose_connections_fit_postgresql() -> None:
     superuser_reserved = 3  # PostgreSQL's default
     direct = len(replicas) + 1
     assert int(pooler["DEFAULT_POOL_SIZE"]) + direct <= max_connections - superuser_reserved
+
+
+def test_compose_postgresql_has_pgvector_and_the_example_asks_for_meaning() -> None:
+    """Search by meaning needs pgvector in the server (the official image has none) and an
+    embeddings model; `migrate` creates the extension, as the image's superuser."""
+    compose = _compose()
+    services = compose["services"]
+    assert services["postgres"]["image"].startswith("pgvector/pgvector:pg16")
+    superuser = services["postgres"]["environment"]["POSTGRES_USER"]
+    migrate = services["migrate"]["environment"]
+    assert urlsplit(_interpolated(migrate["DATABASE_DIRECT_URL"])).username == superuser
+    for name, replica in _replicas(compose).items():
+        assert "EMBEDDINGS_MODEL" in replica["environment"], name
+    example = (DEPLOY / "env.example").read_text()
+    assert re.findall(r"^EMBEDDINGS_MODEL=\S+$", example, flags=re.MULTILINE)

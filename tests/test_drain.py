@@ -20,6 +20,7 @@ from tests.chat_helpers import chat
 from tests.conftest import auth, server_env
 from tests.fake_openai import FakeOpenAI, hang, held, reply
 from tests.servers import ServerProcess, server_processes, start_all, until
+from tests.test_turn_streams import SSE
 
 # Starting takes seconds, and much longer on a machine busy with other tests.
 START_S = 180
@@ -155,3 +156,41 @@ async def test_a_turn_longer_than_the_grace_is_handed_over_and_finished_by_anoth
         ("user", "a long one"),
         ("assistant", "Finished elsewhere."),
     ]
+
+
+async def test_a_stream_joined_on_another_replica_follows_a_handed_over_turn_to_its_done(
+    tmp_path: Path, database_url: str, model: FakeOpenAI
+) -> None:
+    """The contract's "any replica, any moment": a client following the turn on the other
+    replica's `GET /sessions/{id}/stream` sees it through to `done`, told by the replica
+    that took it over; the client that posted it to the draining one is told to retry."""
+    env = server_env(database_url, model, SHUTDOWN_GRACE_S="1", CHAT_SESSION_LEASE_S="600")
+    model.script(hang(), reply("Finished elsewhere."))
+    headers = {**auth("alice"), "Idempotency-Key": "followed"}
+    with server_processes(env, tmp_path, ["draining", "other"]) as (draining, other):
+        start_all([draining, other], timeout_s=START_S)
+        async with httpx.AsyncClient(timeout=httpx.Timeout(10, read=None)) as c:
+            posted = SSE(
+                c,
+                "POST",
+                f"{draining.url}/api/alice/chat/stream",
+                json={"message": "a long one"},
+                headers=headers,
+            ).start()
+            await posted.wait_for(1)
+            session_id = posted.events[0].data["session_id"]
+            await asyncio.to_thread(model.wait_for_requests, 1, 10)
+            url = f"{other.url}/api/alice/sessions/{session_id}/stream"
+            joined = SSE(c, "GET", url, headers=auth("alice")).start()
+            await joined.wait_for(1)  # the draining replica told it the turn's start
+            await _sigterm(draining)
+            told_there = await posted.finish(timeout_s=60)
+            told_here = await joined.finish(timeout_s=60)
+
+    assert joined.status == 200
+    assert [event.event for event in told_here] == ["session", "session", "done"]
+    assert told_here[-1].data["response"] == "Finished elsewhere."
+    assert [event.id for event in told_here] == ["0-1", "1-1", "1-2"]
+    # The client that posted to the draining replica: its stream ends asking for a retry.
+    assert told_there[-1].event == "error"
+    assert "Idempotency-Key" in told_there[-1].data["detail"]

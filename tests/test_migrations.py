@@ -1,27 +1,53 @@
-"""The schema comes from Alembic only, and the migrations describe the models exactly."""
+"""The schema comes from Alembic only, and the migrations describe the models exactly.
 
+Passages' vectors exist only where the server has pgvector (0012): the models do not
+declare them, so the comparison leaves them out (`declared`), and these tests check instead
+that they are there exactly where pgvector is (the embedded PostgreSQL 16; `make test`
+runs this module on it too)."""
+
+from importlib import import_module
 from typing import Any
 
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Connection, inspect
+from sqlalchemy import Connection, inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlmodel import SQLModel
 
 import backend.models  # noqa: F401  (registers the tables)
-from backend.migrations import alembic_config, current_revision, head_revision
+from backend.migrations import alembic_config, current_revision, declared, head_revision
+
+_vectors = import_module("backend.alembic.versions.0012_passage_vectors")
 
 
 def _differences(connection: Connection) -> list[Any]:
-    context = MigrationContext.configure(connection, opts={"compare_type": True})
+    context = MigrationContext.configure(
+        connection, opts={"compare_type": True, "include_name": declared}
+    )
     return list(compare_metadata(context, SQLModel.metadata))
+
+
+def _vectors_where_pgvector_is(connection: Connection) -> tuple[bool, bool]:
+    """(whether the server has pgvector, whether passages' vectors are there)."""
+    return _vectors.available(connection), _vectors.present(connection)
+
+
+def _indexes(connection: Connection, table: str) -> set[str]:
+    query = text("SELECT indexname FROM pg_indexes WHERE tablename = :table")
+    return set(connection.execute(query, {"table": table}).scalars())
 
 
 async def test_the_migrated_schema_matches_the_models(engine: AsyncEngine) -> None:
     async with engine.connect() as connection:
         assert await connection.run_sync(_differences) == []
         assert await current_revision(connection) == head_revision()
+        available, present = await connection.run_sync(_vectors_where_pgvector_is)
+        assert present == available
+        if present:
+            indexes = await connection.run_sync(_indexes, "passage_vectors")
+            sizes = _vectors.INDEXED_DIMENSIONS
+            assert {f"ix_passage_vectors_hnsw_{size}" for size in sizes} <= indexes
 
 
 def _migrate(connection: Connection, direction: str, target: str) -> None:
@@ -32,7 +58,9 @@ def _migrate(connection: Connection, direction: str, target: str) -> None:
 
 async def test_the_latest_migrations_go_down_to_0001_and_up_again(engine: AsyncEngine) -> None:
     async with engine.begin() as connection:
+        available, _ = await connection.run_sync(_vectors_where_pgvector_is)
         await connection.run_sync(_migrate, "downgrade", "0001")
+        assert await connection.run_sync(_vectors.present) is False
         assert await current_revision(connection) == "0001"
         columns = await connection.run_sync(
             lambda sync: {c["name"] for c in inspect(sync).get_columns("tasks")}
@@ -42,3 +70,4 @@ async def test_the_latest_migrations_go_down_to_0001_and_up_again(engine: AsyncE
     async with engine.connect() as connection:
         assert await connection.run_sync(_differences) == []
         assert await current_revision(connection) == head_revision()
+        assert await connection.run_sync(_vectors_where_pgvector_is) == (available, available)

@@ -1,12 +1,16 @@
 """With no model configured, the stub answers from a person's documents and turns a
-checklist into a task: documents uploaded through the REST API, asked about through /chat."""
+checklist into a task: documents uploaded through the REST API, asked about through /chat.
+It finds passages with a recorded `search_documents` call, as a model does, so its quotes
+have sources: the turn's tool call, /chat/ui's `source-document` parts and the history's."""
 
 from typing import Any
 
 import httpx
 
+from backend.services.documents.sections import HEADING_JOINER as JOIN
 from tests.chat_helpers import chat
 from tests.conftest import auth
+from tests.test_chat_ui import body, chunks_of, post_ui
 from tests.test_documents import upload
 
 MOVING = b"""# Moving checklist
@@ -145,3 +149,48 @@ async def test_another_persons_documents_are_never_read(client: httpx.AsyncClien
         "You have no documents yet."
     )
     assert await _tasks(client, user="bob") == []
+
+
+async def test_a_quote_comes_from_a_recorded_search_and_is_a_source(
+    client: httpx.AsyncClient,
+) -> None:
+    await _shelve(client)
+    packing = next(
+        d
+        for d in (await client.get("/api/alice/documents", headers=auth("alice"))).json()["data"]
+        if d["title"] == "Packing list"
+    )
+
+    answer = await chat(client, "what does my packing list say about passports", user="alice")
+    [call] = answer["tool_calls"]
+    assert (call["name"], call["arguments"]["query"]) == ("search_documents", "passports")
+    assert call["arguments"]["list"] == packing["list_id"]  # the named document's list
+    [result] = answer["tool_results"]
+    best = result["result"]["passages"][0]
+    assert (best["document_id"], best["heading"]) == (packing["id"], f"Packing list{JOIN}Papers")
+
+    response = await post_ui(client, body("what does my packing list say about passports"))
+    chunks = chunks_of(response)
+    kinds = [chunk.get("type") for chunk in chunks]
+    assert kinds.index("tool-output-available") < kinds.index("source-document")
+    sources = [chunk for chunk in chunks if chunk.get("type") == "source-document"]
+    assert sources == [
+        {
+            "type": "source-document",
+            "sourceId": f"todo-agent://documents/{packing['id']}#Packing%20list%20%E2%80%BA%20Papers",
+            "mediaType": "text/markdown",
+            "title": f"Packing list{JOIN}Papers",
+        }
+    ]
+    session_id = chunks[0]["messageMetadata"]["session_id"]
+    history = await client.get(
+        f"/api/alice/sessions/{session_id}/messages", params={"format": "ui"}, headers=auth("alice")
+    )
+    [_, told] = history.json()
+    assert [part for part in told["parts"] if part["type"] == "source-document"] == sources
+
+
+async def test_a_question_without_documents_searches_nothing(client: httpx.AsyncClient) -> None:
+    answer = await chat(client, "search my notes for the wifi password", user="alice")
+    assert answer["response"].startswith("You have no documents yet.")
+    assert answer["tool_calls"] == []

@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlmodel import SQLModel
 
 import backend.models  # noqa: F401  (registers the tables on the metadata)
+from backend.migrations import declared
 from backend.settings import Settings
 
 config = context.config
@@ -19,7 +20,12 @@ target_metadata = SQLModel.metadata
 
 
 def _configure_and_run(connection: Connection) -> None:
-    context.configure(connection=connection, target_metadata=target_metadata, compare_type=True)
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        compare_type=True,
+        include_name=declared,
+    )
     with context.begin_transaction():
         context.run_migrations()
 

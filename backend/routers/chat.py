@@ -52,7 +52,7 @@ async def answer_chat(
     if isinstance(turn, Replay):
         return turn
     # Shielded: if the client goes away, the turn still completes and is stored.
-    answer = await asyncio.shield(agent.start(turn))
+    answer = await asyncio.shield(agent.replica.start(turn))
     # Already validated: serialized once here rather than re-validated by FastAPI.
     return answer.__pydantic_serializer__.to_json(answer)
 

@@ -11,7 +11,9 @@ run     call the model with the tools (model_calls.py: one answer, robustly); ca
         fall back to the stub responder when the model cannot answer;
 finish  store the reply and release the session (one statement).
 
-No database connection is held while the model thinks.
+No database connection is held while the model thinks. The turn's life across replicas
+(its task and feed, the lease it keeps, a drain's hand-over, another replica's take-over
+and the attempt it resumes) is in replicas/.
 """
 
 import asyncio
@@ -24,12 +26,11 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from openai.types.chat import ChatCompletionMessageParam
 from sqlalchemy.ext.asyncio import AsyncConnection
-from tenacity import AsyncRetrying, retry_if_exception_type
 
 from backend import metrics
 from backend.auth import Identity
@@ -37,7 +38,6 @@ from backend.db import Database, RawConnection
 from backend.errors import (
     ApprovalNotPending,
     DatabaseUnavailable,
-    DomainError,
     RateLimited,
     SessionBusy,
     SessionNotFound,
@@ -54,6 +54,10 @@ from backend.services.idempotency import Replay
 from backend.services.memory import guard as memory_guard
 from backend.services.memory import prompt as memory_prompt
 from backend.services.model_calls import ModelCaller, ModelUnavailable
+from backend.services.outages import riding_out_outages
+from backend.services.replicas.leases import Leases
+from backend.services.replicas.replica import Replica
+from backend.services.replicas.resumed import left_to_answer
 from backend.services.stub import Shelf, StubResponder
 from backend.services.tools import (
     TOOL_NAMES,
@@ -70,10 +74,6 @@ from backend.services.users import upsert_user
 from backend.settings import Settings
 
 logger = logging.getLogger("todo_agent.agent")
-
-# How long an accepted turn keeps retrying a database step through an outage.
-OUTAGE_BUDGET_S = 10.0
-T = TypeVar("T")
 
 
 class _Refused(Exception):
@@ -104,7 +104,7 @@ class Turn:
     usage: Usage = field(default_factory=Usage)
     streamed: bool = False  # the model's text is told as it is written (`delta` events)
     # Its events, for the client that asked and for streams joined on any replica
-    # (turn_streams.py); set by `start`.
+    # (turn_streams.py); set by `Replica.start`.
     feed: TurnFeed | None = None
     # 0, or how many times replicas that died left the turn to another: event ids go on.
     attempt: int = 0
@@ -160,10 +160,16 @@ class OpenAIAgentService:
         self._database = database
         self._caller = caller  # None: no model configured, the stub answers
         self._stub = stub or StubResponder()
-        self._streams = streams or TurnStreams(database)
-        self._running: dict[asyncio.Task[ChatResponse], Turn] = {}
-        self._chores: set[asyncio.Task[None]] = set()
-        self._draining = False
+        # This process's turns among the replicas': started, drained, handed over, taken
+        # over (replicas/); the leases each keeps while it runs.
+        self.replica = Replica(
+            settings=settings,
+            database=database,
+            streams=streams or TurnStreams(database),
+            run=self.run,
+            resume=self._resume,
+        )
+        self._leases = Leases(settings, database)
         # Search by meaning, once the app knows the database holds vectors (`AppContext`).
         self.semantic: Embeddings | None = None
 
@@ -174,104 +180,26 @@ class OpenAIAgentService:
         caller = ModelCaller.from_settings(settings)
         return cls(settings=settings, database=database, caller=caller, streams=streams)
 
-    def start(self, turn: Turn) -> "asyncio.Task[ChatResponse]":
-        """Run the turn as its own task: it completes and is stored even if the client that
-        asked goes away, and shutdown waits for it. Its events go to its feed, which any
-        replica can join; it ends with `done`, or `error` (`detail`) if the turn fails."""
-        meta = {"message_id": str(turn.assistant_message_id), **(turn.told_as or {})}
-        turn.feed = self._streams.open(
-            turn.session_id, turn_id=turn.id, attempt=turn.attempt, meta=meta, lapsed=turn.lapsed
-        )
-        task = asyncio.create_task(self.run(turn), name=f"turn-{turn.id}")
-        self._running[task] = turn
-        task.add_done_callback(self._forget)
-        task.add_done_callback(functools.partial(_tell_end, turn))
-        return task
-
-    def _forget(self, task: "asyncio.Task[ChatResponse]") -> None:
-        self._running.pop(task, None)
-
     def stream(self, turn: Turn) -> TurnFeed:
         """Start the turn with the model's text told as it is written; its feed."""
         turn.streamed = True
-        self.start(turn)
+        self.replica.start(turn)
         assert turn.feed is not None
         return turn.feed
 
-    def _background(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work)
-        self._chores.add(task)
-        task.add_done_callback(self._chores.discard)
-
-    @property
-    def draining(self) -> bool:
-        return self._draining
-
-    def refuse_turns(self) -> None:
-        """From now on `begin` refuses new turns (503): this process is going away."""
-        self._draining = True
-
-    async def drain(self, timeout_s: float) -> None:
-        """Refuse new turns, let those in flight finish for up to `timeout_s`, and hand the
-        rest over to another replica (`hand_over`; this process's sweeper must be stopped
-        first), which takes each over without waiting out CHAT_SESSION_LEASE_S."""
-        self.refuse_turns()
-        if self._running:
-            await asyncio.wait(set(self._running), timeout=timeout_s)
-        if self._running:
-            handed = await self.hand_over()
-            logger.warning("turns still running handed over", extra={"turns": handed})
-
-    async def hand_over(self) -> int:
-        """Stop every turn still running here and end its lease now, so that another
-        replica's sweeper finishes it (what a draining replica does once its grace is up;
-        its own sweeper must be stopped first). How many were handed over."""
-        running = dict(self._running)
-        for task, turn in running.items():
-            turn.handed_over = True  # keeps the lease from being released as it stops
-            task.cancel()
-        if running:
-            await asyncio.wait(running.keys())
-        handed = 0
-        for turn in running.values():
-            try:
-                async with self._database.connection(as_user=turn.owner) as db:
-                    handed += await turns.hand_over(db, session_id=turn.session_id, turn_id=turn.id)
-            except DatabaseUnavailable:  # its lease lapses by itself, later
-                logger.warning("could not hand a turn over", extra={"turn": str(turn.id)})
-        return handed
-
-    async def take_over(self, *, owner: str, session_id: uuid.UUID, lapsed: uuid.UUID) -> bool:
-        """Take over a turn whose lease lapsed (its replica died) and finish it as its own
-        task: the model gets the results of the calls that had committed (they are in the
-        conversation, and are not run again), a call held for the person's yes stays held.
-        False when another replica took it first or nothing was left to answer."""
-        turn_id = uuid.uuid4()
-        lease_s = self._settings.chat_session_lease_s
-        async with self._database.connection(as_user=owner) as db:
-            attempt = await turns.take_over(
-                db, session_id=session_id, lapsed=lapsed, turn_id=turn_id, lease_s=lease_s
-            )
-            if attempt is None:
-                return False
-            resumed = await turns.resume(
-                db,
-                owner=owner,
-                session_id=session_id,
-                history=self._settings.agent_history_messages,
-                memory_chars=memory_prompt.budget_chars(self._settings.agent_memory_tokens),
-            )
-        turn = self._resumed_turn(owner, session_id, turn_id, resumed)
-        if turn is None:  # the lapsed attempt had nothing left to answer
-            async with self._database.connection(as_user=owner) as db:
-                await turns.release_lease(db, session_id=session_id, turn_id=turn_id)
-            return False
-        turn.attempt = attempt  # its stream's events go on after the lapsed attempt's
-        turn.lapsed = lapsed
-        metrics.TURNS_TAKEN_OVER.inc()
-        logger.info("turn taken over", extra={"session_id": str(session_id)})
-        self.start(turn)
-        return True
+    async def _resume(
+        self, db: AsyncConnection, *, owner: str, session_id: uuid.UUID, turn_id: uuid.UUID
+    ) -> Turn | None:
+        """The new attempt at a lapsed turn whose lease `turn_id` took (replicas/), from the
+        session as stored; None when nothing was left to answer."""
+        resumed = await turns.resume(
+            db,
+            owner=owner,
+            session_id=session_id,
+            history=self._settings.agent_history_messages,
+            memory_chars=memory_prompt.budget_chars(self._settings.agent_memory_tokens),
+        )
+        return self._resumed_turn(owner, session_id, turn_id, resumed)
 
     def _resumed_turn(
         self,
@@ -280,68 +208,46 @@ class OpenAIAgentService:
         turn_id: uuid.UUID,
         resumed: turns.Resumption | None,
     ) -> Turn | None:
-        """The new attempt at a lapsed turn, from the session as stored: its last message is
-        the user message it answers, or the assistant record its calls began (after that
-        message, or after an answer being regenerated). None: the last message is a reply,
-        so the lapsed attempt stored no message of its own (regenerating, or answering held
-        calls) and has nothing left that someone waits for."""
-        if resumed is None or not resumed.stored:
+        """The new attempt at a lapsed turn: what the lapsed one left to answer
+        (replicas/resumed.py), as a turn of this user's now."""
+        left = left_to_answer(resumed)
+        if resumed is None or left is None:
             return None
-        stored = resumed.stored
-        last = stored[-1]
-        record = last if last["role"] == "assistant" and last["content"] is None else None
-        if last["role"] != "user" and record is None:
-            return None
-        asked = stored[-2] if record is not None and len(stored) > 1 else last
-        question = asked if asked["role"] == "user" else None
-        rows: list[turns.HistoryRow] = [
-            (m["role"], m["content"], m["tool_calls"], m["tool_results"]) for m in stored
-        ]
         tz = ZoneInfo(resumed.timezone)
         budget = self._settings.agent_daily_token_budget
         over_budget = bool(budget) and resumed.tokens_today >= budget
-        reply_id = uuid.UUID(record["id"]) if record is not None else uuid.uuid4()
-        calls = [ToolCallPublic.model_validate(c) for c in (record or {}).get("tool_calls") or ()]
-        recorded = (record or {}).get("tool_results") or ()
-        held = [h for h in resumed.held if record is not None and h["message_id"] == record["id"]]
-        message_id = uuid.UUID(question["id"]) if question is not None else None
         return Turn(
             id=turn_id,
             owner=owner,
             session_id=session_id,
-            user_message_id=message_id,
-            message=(question or {}).get("content") or "",
+            user_message_id=left.message_id,
+            message=left.message,
             tools=TodoTools(
                 owner=owner,
                 name=resumed.name,
                 tz=tz,
                 session_id=session_id,
-                turn=(turn_id, reply_id),
+                turn=(turn_id, left.reply_id),
                 semantic=self.semantic,
             ),
-            assistant_message_id=reply_id,
+            assistant_message_id=left.reply_id,
             messages=[
                 *prompt_messages(resumed.name, tz, resumed.instructions, memories=resumed.memories),
-                *to_model_messages(rows),
+                *to_model_messages(left.rows),
             ],
             model=self._settings.model_for(resumed.model),
             use_model=self._caller is not None and not over_budget,
             fallback_reason=(
                 "token_budget" if over_budget else None if self._caller else "no_api_key"
             ),
-            calls=calls,
-            results=[
-                ToolResultPublic.model_validate(r)
-                for r in recorded
-                if r["result"].get("status") != approvals.PENDING
-            ],
-            # What the lapsed attempt's calls did: the stub says so rather than act again.
-            earlier_results=[r["result"] for r in recorded],
-            history=rows,
+            calls=left.calls,
+            results=left.results,
+            earlier_results=left.earlier_results,
+            history=left.rows,
             memories=resumed.memories,
             confirm=resumed.confirm or self._settings.agent_confirm_default,
-            pending=[PendingApproval.model_validate(h) for h in held],
-            reply_to=message_id,
+            pending=left.pending,
+            reply_to=left.message_id,
             resumed=True,
         )
 
@@ -366,7 +272,7 @@ class OpenAIAgentService:
         Without a session id, `chat_id` names the session (see `turns.open_turn`);
         `regenerate` answers the session's last user message again instead of storing one.
         While this process drains, raises ShuttingDown (503) instead."""
-        if self._draining:
+        if self.replica.draining:
             raise ShuttingDown()
         settings = self._settings
         if request.approvals and idempotency_key is None:  # with a key: once it is claimed
@@ -544,19 +450,17 @@ class OpenAIAgentService:
     async def _run(self, turn: Turn) -> ChatResponse:
         message_id = turn.user_message_id and str(turn.user_message_id)
         turn.send("session", {"session_id": str(turn.session_id), "user_message_id": message_id})
-        # Most turns end long before their lease needs renewing: a timer, not a task, until
-        # one does.
-        heartbeat = _Heartbeat(self._keep_lease(turn), after_s=self._lease_every_s)
+        heartbeat = self._leases.keep(turn)
         response = None
         try:
             if turn.held or turn.answers:
                 await self._take_answers(turn)
             text, using_stub = await self._answer(turn)
-            response = await _riding_out_outages(lambda: self._finish(turn, text, using_stub))
+            response = await riding_out_outages(lambda: self._finish(turn, text, using_stub))
         finally:
             heartbeat.cancel()
             if response is None and not turn.handed_over:
-                self._background(self._release_later(turn))
+                self._leases.release_later(turn)
         return response
 
     async def _answer(self, turn: Turn) -> tuple[str, bool]:
@@ -616,7 +520,7 @@ class OpenAIAgentService:
             call_id = f"stub_{turn.id.hex[:8]}_{next(counter)}"
             return await self._call_tool(turn, call_id, name, dict(arguments))
 
-        documents = Shelf(self._database, user=turn.owner, semantic=self.semantic)
+        documents = Shelf(self._database, user=turn.owner)
         turn.tools.author = "stub"
         text = await self._stub.respond(
             turn.message,
@@ -641,20 +545,20 @@ class OpenAIAgentService:
             needs_approval(turn.confirm, parsed.name)
             or memory_guard.holds(parsed.name, turn.message)
         ):
-            held = await _riding_out_outages(lambda: self._hold(turn, call, parsed))
+            held = await riding_out_outages(lambda: self._hold(turn, call, parsed))
             if held is not None:
                 return held
         turn.send("tool_call", call.model_dump(mode="json"))
         try:
             if isinstance(parsed, ToolArgs):
                 await turn.tools.prepare(parsed)
-            result = await _riding_out_outages(lambda: self._run_and_record(turn, call, parsed))
+            result = await riding_out_outages(lambda: self._run_and_record(turn, call, parsed))
         except DatabaseUnavailable:
             raise
         except Exception:
             logger.exception("tool failed", extra={"tool": name})
             result = error("The tool failed unexpectedly; nothing was changed.")
-            await _riding_out_outages(lambda: self._run_and_record(turn, call, result))
+            await riding_out_outages(lambda: self._run_and_record(turn, call, result))
         metrics.record_tool_call(
             name if name in TOOL_NAMES else "unknown", ok=result.get("status") != "error"
         )
@@ -743,7 +647,7 @@ class OpenAIAgentService:
                     else "The person went on to something else instead of approving."
                 )
             settle = functools.partial(self._settle, turn, held["id"], state, reason)
-            taken = await _riding_out_outages(settle)
+            taken = await riding_out_outages(settle)
             if not taken and held["id"] in explicit and turn.user_message_id is None:
                 # Another request answered it first (they raced): this one had nothing else.
                 raise ApprovalNotPending(f"{held['id']!r} was already answered.")
@@ -816,84 +720,9 @@ class OpenAIAgentService:
                 )
         return response
 
-    @property
-    def _lease_every_s(self) -> float:
-        return self._settings.chat_session_lease_s / 3
-
-    async def _keep_lease(self, turn: Turn) -> None:
-        """Renew the session lease while a long turn runs, so only a dead process loses it;
-        the first renewal is due when this starts."""
-        while True:
-            try:
-                async with self._database.connection(as_user=turn.owner) as db:
-                    if not await turns.renew_lease(
-                        db,
-                        session_id=turn.session_id,
-                        turn_id=turn.id,
-                        lease_s=self._settings.chat_session_lease_s,
-                    ):
-                        turn.lease_lost = True
-                        return
-            except DatabaseUnavailable:
-                logger.warning("could not renew the session lease")
-            await asyncio.sleep(self._lease_every_s)
-
-    async def _release(self, turn: Turn) -> None:
-        async with self._database.connection(as_user=turn.owner) as db:
-            await turns.release_lease(db, session_id=turn.session_id, turn_id=turn.id)
-
-    async def _release_later(self, turn: Turn) -> None:
-        """Free the session of a turn that failed; if the database is down, keep trying in
-        the background (the lease would expire anyway, but later)."""
-        try:
-            await _riding_out_outages(
-                lambda: self._release(turn), budget_s=self._settings.chat_session_lease_s
-            )
-        except Exception:
-            logger.warning("could not release the session lease", exc_info=True)
-
     def _summary(self, turn: Turn, *, unreachable: bool = True) -> str:
         results = [result.result for result in turn.results]
         return _summary(results, called=bool(turn.calls), unreachable=unreachable)
-
-
-def _tell_end(turn: Turn, ended: "asyncio.Task[ChatResponse]") -> None:
-    """The turn's last event: its reply, or why there is none. A turn is cancelled only
-    when its process stops: another replica takes it over, so its streams end here
-    without a last event, and their clients join it again (with their Last-Event-ID)."""
-    if turn.feed is None:
-        return
-    if ended.cancelled():
-        turn.feed.leave()
-    elif (failure := ended.exception()) is not None:
-        detail = failure.detail if isinstance(failure, DomainError) else "Internal error."
-        turn.send("error", {"detail": detail})
-    else:
-        turn.feed.finish(ended.result(), turn.steps)
-
-
-class _Heartbeat:
-    """`work` started as a task `after_s` from now, unless cancelled before."""
-
-    __slots__ = ("_task", "_timer", "_work")
-
-    def __init__(self, work: Coroutine[Any, Any, None], *, after_s: float) -> None:
-        self._work: Coroutine[Any, Any, None] | None = work
-        self._task: asyncio.Task[None] | None = None
-        self._timer = asyncio.get_running_loop().call_later(after_s, self._start)
-
-    def _start(self) -> None:
-        if self._work is not None:
-            self._task = asyncio.create_task(self._work)
-            self._work = None
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-        if self._work is not None:
-            self._work.close()  # never started: not "never awaited"
-            self._work = None
-        if self._task is not None:
-            self._task.cancel()
 
 
 async def _store_reply(
@@ -923,37 +752,6 @@ async def _store_reply(
         usage=turn.usage,
         pending_approvals=turn.pending,
     )
-
-
-async def _riding_out_outages(
-    step: Callable[[], Awaitable[T]], *, budget_s: float = OUTAGE_BUDGET_S
-) -> T:
-    """Run a database step of an accepted turn, retrying while the database is briefly
-    away: the user message is already stored, so giving up would leave the turn half
-    answered. Each step is one transaction, so a retry never doubles an effect. The first
-    try runs bare; the retry machinery is only set up once it has failed."""
-    started = time.monotonic()
-    try:
-        return await step()
-    except DatabaseUnavailable:
-        if time.monotonic() - started > budget_s:
-            raise
-    await asyncio.sleep(_outage_pause(1))
-    async for attempt in AsyncRetrying(
-        # The first try ran before this loop: its attempt 1 is try 2.
-        wait=lambda state: _outage_pause(state.attempt_number + 1),
-        stop=lambda state: time.monotonic() - started > budget_s,
-        retry=retry_if_exception_type(DatabaseUnavailable),
-        reraise=True,
-    ):
-        with attempt:
-            return await step()
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _outage_pause(tries: int) -> float:
-    """The pause after `tries` tries of a step that found the database away."""
-    return min(0.2 * 2.0**tries, 2.0)
 
 
 # The service's own rules: the same bytes for every user and turn, so that after the tool

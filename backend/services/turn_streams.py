@@ -213,6 +213,8 @@ class TurnFeed(Feed):
         self._ended = ended
         # Set once another replica asked for the turn: tells it each new event.
         self.publish: Callable[[TurnFeed, list[FeedEvent]], None] | None = None
+        # Handed over to another replica (`hand_over`): that one answers the joiners' asks.
+        self.given_way = False
 
     def add(self, event: str, data: dict[str, Any], step: int) -> None:
         self._add(FeedEvent(self.attempt, len(self.events) + 1, event, step, data))
@@ -228,6 +230,17 @@ class TurnFeed(Feed):
         if not self.finished:
             self.finished = True
             self._wake()
+            self._end()
+
+    def hand_over(self, data: dict[str, Any], step: int) -> None:
+        """The turn stopped here unfinished and was handed to another replica (a drain):
+        the streams that read it here end with an `error` event (`data`) that tells their
+        clients where to find the answer. That event is this replica's only, never told to
+        streams joined from elsewhere: for them the turn goes on, with the attempt that
+        takes it over, to its `done`."""
+        if not self.finished:
+            self.given_way = True
+            self._push(FeedEvent(self.attempt, len(self.events) + 1, "error", step, data))
             self._end()
 
     def _add(self, event: FeedEvent) -> None:
@@ -387,7 +400,9 @@ class TurnStreams:
         between two asks of a stream joined on the lapsed one."""
         self._forget_ended()
         feed = self._running.get(session_id)
-        if feed is None or (feed.finished and turn_id not in (str(feed.turn_id), str(feed.lapsed))):
+        if feed is None or feed.given_way:
+            return
+        if feed.finished and turn_id not in (str(feed.turn_id), str(feed.lapsed)):
             return
         if not feed.finished:
             feed.publish = self._publish

@@ -12,9 +12,10 @@ module of its own:
 - `context`: what the session's recent turns say (tasks shown or touched, the question
   asked, the last change);
 - `resolver`: which of the user's tasks a reference means (rapidfuzz, context);
-- `executor`: carrying the commands out through the tool caller it is given (reading the
-  person's documents from the `shelf` it is given, where no tool reads them, and answering
-  from the memories the turn carries);
+- `executor`: carrying the commands out through the tool caller it is given (passages
+  found with `search_documents`, as a model finds them; the documents' titles and text,
+  to find the one a message names, from the `shelf` it is given, where no tool reads them;
+  and answering from the memories the turn carries);
 - `replies`: the phrasing.
 
 Safety, by construction: only the user's message is parsed (titles coming back from tools
@@ -88,8 +89,8 @@ class StubResponder:
     ) -> str:
         """Understand `message` in the light of the session's earlier turns (oldest first),
         carry it out with call_tool(tool_name, arguments), return the reply text. What it
-        reads of the person's documents it reads from `documents`; what it remembers of them
-        is `memories` (newest first), as the turn carries them."""
+        reads of the person's documents beyond the tools it reads from `documents`; what it
+        remembers of them is `memories` (newest first), as the turn carries them."""
         context = session_context.read(history)
         commands = parse(message, context)
         if not commands:

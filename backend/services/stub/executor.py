@@ -335,21 +335,31 @@ class Executor:
         raise Stop(f"{len(found)} documents match {replies.named(name)}: {matching}. Which one?")
 
     async def ask_documents(self, command: AskDocuments) -> str:
-        """The best passage on the query (in the document named), quoted with its source."""
-        document = await self.document(command.document) if command.document else None
-        hits = await self.shelf().search(command.query)
+        """The best passage on the query (in the document named), quoted with its source.
+        Found by a `search_documents` call (in the named document's list), run and recorded
+        as a model's is: the turn's passages are its sources, whoever answered."""
+        if command.document:
+            document: DocumentPublic | None = await self.document(command.document)
+        elif not await self.shelf().documents():
+            return replies.NO_DOCUMENTS
+        else:
+            document = None
+        arguments = {"query": command.query}
         if document is not None:
-            hits = [hit for hit in hits if hit.document_id == document.id]
-        if not hits:
-            if not await self.shelf().documents():
-                return replies.NO_DOCUMENTS
+            arguments["list"] = str(document.list_id)
+        found = await self._calls("search_documents", arguments, "search your documents")
+        passages = [p for p in found.get("passages") or () if isinstance(p, dict)]
+        if document is not None:
+            passages = [p for p in passages if p.get("document_id") == str(document.id)]
+        if not passages:
             where = replies.named(document.title) if document else "your documents"
             return (
                 f"I found nothing on {replies.named(command.query)} in {where}. Try other "
                 'words, for example: "Search my notes for wifi".'
             )
-        best = hits[0]
-        return f"From {replies.source(best.title, best.heading)}:\n{replies.quote(best.text)}"
+        best = passages[0]
+        source = replies.source(str(best.get("title") or ""), str(best.get("heading") or ""))
+        return f"From {source}:\n{replies.quote(str(best.get('text') or ''))}"
 
     async def remember(self, command: Remember) -> str:
         result = await self._calls("remember", {"text": command.fact}, "remember that")

@@ -1,30 +1,23 @@
-"""What the stub reads of a person's documents: their titles, a document's text, and the
-passages a search finds. Reading only, through the documents services (search is the very
-one behind the `search_documents` tool), each call in a transaction acting as the person,
-so row-level security decides what they may read. Every change the stub makes still goes
-through the tools."""
+"""What the stub reads of a person's documents to find the one a message names: their
+titles, and a document's text. Reading only, through the documents services, each call in
+a transaction acting as the person, so row-level security decides what they may read.
+Passages are searched with the `search_documents` tool, as a model searches them (so the
+turn records the call and its passages are the answer's sources), and every change the
+stub makes goes through the tools too."""
 
 import uuid
 
 from backend.db import Database
 from backend.errors import DocumentNotFound
 from backend.models.document import DocumentPublic
-from backend.services.documents import search, store
-from backend.services.documents.search import PassageHit
-from backend.services.embeddings import Embeddings
+from backend.services.documents import store
 from backend.services.stub.calls import Stop
-
-# How many passages a search brings, for the stub to keep those of the document named.
-SEARCHED = search.MAX_LIMIT
 
 
 class Shelf:
-    def __init__(
-        self, database: Database, *, user: str, semantic: Embeddings | None = None
-    ) -> None:
+    def __init__(self, database: Database, *, user: str) -> None:
         self._database = database
         self._user = user
-        self._semantic = semantic  # search by meaning too, as the tool does
         self._documents: list[DocumentPublic] | None = None
 
     async def documents(self) -> list[DocumentPublic]:
@@ -40,14 +33,3 @@ class Shelf:
                 return (await store.get_document(db=db, document_id=document_id)).text
         except DocumentNotFound:  # deleted, or its list left, since it was listed
             raise Stop("That document is gone from your lists.") from None
-
-    async def search(self, query: str) -> list[PassageHit]:
-        """The best passages for `query` in every document the person reads."""
-        return await search.search_documents(
-            database=self._database,
-            semantic=self._semantic,
-            user=self._user,
-            query=query,
-            list_id=None,
-            limit=SEARCHED,
-        )

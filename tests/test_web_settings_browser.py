@@ -476,12 +476,13 @@ async def test_memories_are_listed_newest_first_edited_deleted_and_forgotten(
     await dialog.get_by_role("button", name="Edit memory: My dentist is Dr. Lee").click()
     await dialog.get_by_label("Memory", exact=True).fill("My dentist is Dr. Ana Lee")
     await dialog.get_by_label("Memory", exact=True).press("Enter")
+    # Newest first by when each was said: an edit keeps its place.
     await expect(memories).to_have_text(
-        ["My dentist is Dr. Ana Lee", "My gate code is <b>4711</b>"]
+        ["My gate code is <b>4711</b>", "My dentist is Dr. Ana Lee"]
     )
     await expect(dialog).to_be_visible()  # Enter saved the memory, not the whole dialog
     held = (await person.api("GET", "/memories")).json()["data"]
-    assert [m["text"] for m in held] == ["My dentist is Dr. Ana Lee", "My gate code is <b>4711</b>"]
+    assert [m["text"] for m in held] == ["My gate code is <b>4711</b>", "My dentist is Dr. Ana Lee"]
 
     await dialog.get_by_role("button", name="Delete memory: My gate code is <b>4711</b>").click()
     await expect(memories).to_have_text(["My dentist is Dr. Ana Lee"])

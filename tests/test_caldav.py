@@ -561,3 +561,70 @@ async def test_a_body_over_dav_max_bytes_is_refused(client: httpx.AsyncClient) -
     answer = await dav.request("PUT", f"{dav.home()}{inbox}/big.ics", huge)
     assert answer.status_code == 413
     assert (await client.get("/api/ada/tasks", headers=auth("ada"))).json()["count"] == 0
+
+
+async def test_alarms_and_zones_map_both_ways_and_unknown_alarms_are_kept(
+    client: httpx.AsyncClient,
+) -> None:
+    changed = await client.patch(
+        "/api/ada/settings", json={"timezone": "Europe/Berlin"}, headers=auth("ada")
+    )
+    assert changed.status_code == 200, changed.text
+    dav = await dav_for(client, "ada")
+    inbox = (await lists_of(client, "ada"))[0]["id"]
+    path = f"{dav.home()}{inbox}/dentist.ics"
+    body = todo(
+        "dentist",
+        "Dentist",
+        "DUE;TZID=Europe/Berlin:20300610T150000\r\n"
+        "BEGIN:VALARM\r\nACTION:DISPLAY\r\nDESCRIPTION:Dentist\r\n"
+        "TRIGGER;RELATED=END:-PT1H\r\nEND:VALARM\r\n"
+        "BEGIN:VALARM\r\nACTION:EMAIL\r\nSUMMARY:Mail me\r\nDESCRIPTION:Dentist\r\n"
+        "ATTENDEE:mailto:ada@example.com\r\nTRIGGER:-P1D\r\nEND:VALARM\r\n",
+    )
+    assert (await dav.request("PUT", path, body)).status_code == 201
+    task = (await client.get("/api/ada/tasks", headers=auth("ada"))).json()["data"][0]
+    assert task["due_at"].startswith("2030-06-10T13:00:00")
+    assert task["remind_at"].startswith("2030-06-10T12:00:00")
+    got = (await dav.request("GET", path)).text
+    assert "DUE;TZID=Europe/Berlin:20300610T150000" in got
+    assert "BEGIN:VTIMEZONE" in got
+    assert "TRIGGER;VALUE=DATE-TIME:20300610T120000Z" in got
+    assert "ACTION:EMAIL" in got
+    assert "ATTENDEE:mailto:ada@example.com" in got
+    # Sent back as served: nothing changes, and the alarms are not doubled.
+    etag = (await dav.request("GET", path)).headers["ETag"]
+    assert (await dav.request("PUT", path, got, If_Match=etag)).status_code == 204
+    again = (await dav.request("GET", path)).text
+    assert again.count("BEGIN:VALARM") == 2
+    assert again.count("BEGIN:VTIMEZONE") == 1
+    after = (await client.get(f"/api/ada/tasks/{task['id']}", headers=auth("ada"))).json()
+    assert (after["due_at"], after["remind_at"]) == (task["due_at"], task["remind_at"])
+
+
+async def test_a_viewer_cannot_rename_and_an_erased_persons_passwords_are_gone(
+    client: httpx.AsyncClient,
+) -> None:
+    made = await client.post("/api/ada/lists", json={"name": "Trip"}, headers=auth("ada"))
+    list_id = made.json()["id"]
+    invite = await client.post(
+        f"/api/ada/lists/{list_id}/invitations", json={"role": "viewer"}, headers=auth("ada")
+    )
+    token = invite.json()["token"]
+    await client.post(f"/api/cy/invitations/{token}/accept", headers=auth("cy"))
+    viewer = await dav_for(client, "cy")
+    patch = (
+        '<d:propertyupdate xmlns:d="DAV:"><d:set><d:prop><d:displayname>Mine</d:displayname>'
+        "</d:prop></d:set></d:propertyupdate>"
+    )
+    answer = await viewer.request("PROPPATCH", f"{viewer.home()}{list_id}/", patch)
+    assert answer.status_code == 207
+    assert b"403" in answer.content
+    assert [entry["name"] for entry in await lists_of(client, "ada")] == ["Inbox", "Trip"]
+    # Leaving a shared list from the client: the list stays, for its owner.
+    assert (await viewer.request("DELETE", f"{viewer.home()}{list_id}/")).status_code == 204
+    assert [entry["name"] for entry in await lists_of(client, "cy")] == ["Inbox"]
+    assert [entry["name"] for entry in await lists_of(client, "ada")] == ["Inbox", "Trip"]
+    erased = await client.delete("/api/cy", headers=auth("cy"))
+    assert erased.status_code in (202, 204), erased.text
+    assert (await viewer.request("PROPFIND", "/dav/", Depth="0")).status_code == 401

@@ -61,6 +61,8 @@ async def dav(request: Request) -> Response:
 
 routes: list[BaseRoute] = [
     Route("/.well-known/caldav", well_known, methods=["GET", "HEAD", "PROPFIND", "OPTIONS"]),
+    # A client given only the server's address asks its root first (the page keeps GET).
+    Route("/", well_known, methods=["PROPFIND"]),
     Route("/dav", dav, methods=METHODS),
     Route("/dav/{path:path}", dav, methods=METHODS),
 ]

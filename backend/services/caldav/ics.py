@@ -11,12 +11,13 @@ is kept (`extra`). Anything that is not one VTODO in one VCALENDAR is refused
 (`BadCalendar`), before anything is stored.
 """
 
+import functools
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from icalendar import Alarm, Calendar, Component, Todo, vRecur
+from icalendar import Alarm, Calendar, Component, Timezone, Todo, vRecur
 
 from backend.errors import DomainError
 from backend.models.task import Task
@@ -123,9 +124,24 @@ def render(task: Task, meta: ItemMeta, tz: ZoneInfo) -> bytes:
     cal.add("prodid", PRODID)
     cal.add("version", "2.0")
     cal.add_component(_todo(task, meta, tz))
-    cal.add_missing_timezones()
+    if meta.extra and "TZID=" in meta.extra:
+        cal.add_missing_timezones()  # for the client's own zoned properties, kept
     document: bytes = cal.to_ical()
+    if task.due_at is not None and tz.key != "UTC" and b"VTIMEZONE" not in document:
+        head, end, tail = document.rpartition(b"END:VCALENDAR")
+        document = head + _vtimezone(tz.key, task.due_at.year) + end + tail
     return document
+
+
+@functools.lru_cache(maxsize=256)
+def _vtimezone(key: str, year: int) -> bytes:
+    """The zone's VTIMEZONE around a due year, as iCalendar: made once (icalendar reads
+    every transition of the zone's history, some 30 ms), shared by every item due then."""
+    zone = Timezone.from_tzinfo(
+        ZoneInfo(key), tzid=key, first_date=date(year - 1, 1, 1), last_date=date(year + 5, 1, 1)
+    )
+    made: bytes = zone.to_ical()
+    return made
 
 
 def _todo(task: Task, meta: ItemMeta, tz: ZoneInfo) -> Todo:
@@ -161,7 +177,8 @@ def _todo(task: Task, meta: ItemMeta, tz: ZoneInfo) -> Todo:
         alarm = Alarm()
         alarm.add("action", "DISPLAY")
         alarm.add("description", task.title)
-        alarm.add("trigger", task.remind_at.astimezone(UTC))
+        # VALUE=DATE-TIME is required of an absolute trigger (RFC 5545 3.8.6.3).
+        alarm.add("trigger", task.remind_at.astimezone(UTC), parameters={"VALUE": "DATE-TIME"})
         todo.add_component(alarm)
     if meta.extra:
         kept = Component.from_ical(meta.extra)

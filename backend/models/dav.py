@@ -88,7 +88,7 @@ class DavItem(SQLModel, table=True):
     __table_args__ = (
         PrimaryKeyConstraint("list_id", "name"),
         Index("ix_dav_items_list_revision", "list_id", "revision"),
-        Index("ix_dav_items_task", "task_id"),
+        Index("ix_dav_items_task", "task_id", "list_id"),
         Index(
             "ux_dav_items_list_uid",
             "list_id",

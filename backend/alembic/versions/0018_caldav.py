@@ -169,7 +169,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("list_id", "name"),
     )
     op.create_index("ix_dav_items_list_revision", "dav_items", ["list_id", "revision"])
-    op.create_index("ix_dav_items_task", "dav_items", ["task_id"])
+    op.create_index("ix_dav_items_task", "dav_items", ["task_id", "list_id"])
     op.create_index(
         "ux_dav_items_list_uid",
         "dav_items",

@@ -628,3 +628,32 @@ async def test_a_viewer_cannot_rename_and_an_erased_persons_passwords_are_gone(
     erased = await client.delete("/api/cy", headers=auth("cy"))
     assert erased.status_code in (202, 204), erased.text
     assert (await viewer.request("PROPFIND", "/dav/", Depth="0")).status_code == 401
+
+
+async def test_a_client_that_ticks_a_repeating_task_by_moving_its_due_completes_it(
+    client: httpx.AsyncClient,
+) -> None:
+    """Tasks.org (through DAVx5) and others tick a repeating task off by moving its DUE to
+    the next occurrence; here that completes the occurrence and makes the next one, as
+    completing it anywhere does."""
+    dav = await dav_for(client, "ada")
+    task = await make_task(client, user="ada", title="Bins out",
+                           due_at="2030-01-07T19:00:00Z", recurrence="FREQ=WEEKLY")  # fmt: skip
+    path = f"{dav.home()}{task['list_id']}/{task['id']}.ics"
+    got = await dav.request("GET", path)
+    advanced = got.text.replace("20300107T190000Z", "20300114T190000Z")
+    answer = await dav.request("PUT", path, advanced, If_Match=got.headers["ETag"])
+    assert answer.status_code == 204, answer.text
+    tasks = (await client.get("/api/ada/tasks", headers=auth("ada"))).json()["data"]
+    assert sorted((t["completed"], t["due_at"][:10]) for t in tasks) == [
+        (False, "2030-01-14"), (True, "2030-01-07"),
+    ]  # fmt: skip
+    # Moving it by anything else is just a move.
+    mine = await make_task(client, user="ada", title="Gym",
+                           due_at="2030-01-07T07:00:00Z", recurrence="FREQ=WEEKLY")  # fmt: skip
+    gym = f"{dav.home()}{mine['list_id']}/{mine['id']}.ics"
+    got = await dav.request("GET", gym)
+    moved = got.text.replace("20300107T070000Z", "20300109T070000Z")
+    assert (await dav.request("PUT", gym, moved, If_Match=got.headers["ETag"])).status_code == 204
+    after = (await client.get(f"/api/ada/tasks/{mine['id']}", headers=auth("ada"))).json()
+    assert (after["completed"], after["due_at"][:10]) == (False, "2030-01-09")

@@ -391,6 +391,25 @@ def differences(incoming: Incoming, task: Task, tz: ZoneInfo) -> dict[str, Any]:
     return changes
 
 
+def ticked_by_advancing(incoming: Incoming, task: Task, tz: ZoneInfo) -> bool:
+    """Whether a client ticked off an occurrence of a repeating task the way Tasks.org and
+    others do: the same rule, still open, its DUE moved to exactly the rule's next
+    occurrence. The service does what completing it anywhere does (this occurrence done,
+    the next its own task), so every client sees the same thing."""
+    if task.recurrence is None or task.due_at is None or task.completed or incoming.completed:
+        return False
+    if incoming.recurrence is None:
+        return False
+    same_rule = {k: v for k, v in _rule_key(incoming.recurrence).items() if k != "COUNT"} == {
+        k: v for k, v in _rule_key(task.recurrence).items() if k != "COUNT"
+    }
+    moved_to = _instant(incoming.due, tz)
+    if not same_rule or moved_to is None or moved_to <= task.due_at:
+        return False
+    anchor = task.series_start or task.due_at
+    return moved_to == recurrence.next_due(task.recurrence, anchor=anchor, after=task.due_at, tz=tz)
+
+
 def _instant(value: date | datetime | None, tz: ZoneInfo) -> datetime | None:
     if value is None:
         return None

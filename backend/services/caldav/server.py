@@ -364,6 +364,8 @@ class Server:
                 raise DavError(412, "The task changed since it was read (If-Match).")
             incoming.settle(current=existing.task.remind_at)
             changes = ics.differences(incoming, existing.task, tz)
+            if ics.ticked_by_advancing(incoming, existing.task, tz):
+                changes = {"completed": True}
             data = TaskUpdate(**changes)
             await tasks.update_task(
                 db=db, user=user, ref=TaskRef(id=existing.task.id), data=data, tz=tz

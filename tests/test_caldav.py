@@ -499,6 +499,14 @@ async def test_mkcalendar_proppatch_and_delete_make_rename_and_trash_a_list(
     assert (await dav.request("MKCOL", other, extended)).status_code == 201
     assert (await dav.request("DELETE", path)).status_code == 204
     assert [entry["name"] for entry in await lists_of(client, "ada")] == ["Inbox", "Home"]
+    # A name that is not a UUID names the same list every time.
+    named = f"{dav.home()}errands/"
+    made = await dav.request("MKCALENDAR", named, body.replace("Work", "Errands"))
+    assert made.status_code == 201
+    found = await dav.propfind(named, "<d:displayname/>")
+    assert found.findtext(".//d:displayname", namespaces=NS) == "Errands"
+    assert (await dav.request("PUT", f"{named}e.ics", todo("e", "Post"))).status_code == 201
+    assert (await dav.request("MKCALENDAR", named, body)).status_code == 405
     trash = (await client.get("/api/ada/trash", headers=auth("ada"))).json()["data"]
     assert [t["title"] for t in trash] == ["Report"]
 

@@ -2,8 +2,10 @@
 Errands and many scripts use), and `vdirsyncer` syncing to a folder that `todoman` edits.
 Both run as their own processes (`tests/dav_clients/caldav_steps.py`, the two CLIs).
 
-Licences, for these test-only dependencies: caldav is GPL-3.0-or-later OR Apache-2.0,
-vdirsyncer BSD-3-Clause, todoman ISC; none of them ships with the service."""
+Licences, for these test-only dependencies: caldav is GPL-3.0-or-later OR Apache-2.0 (1.x:
+2.0 and later bring niquests, whose urllib3-future replaces urllib3 in the environment),
+vobject Apache-2.0, vdirsyncer BSD-3-Clause, todoman ISC; none of them ships with the
+service."""
 
 import json
 import os

@@ -92,15 +92,23 @@ def resolve(path: str) -> Target:
     if parts[0] == "calendars" and 2 <= len(parts) <= 4:
         if len(parts) == 2:
             return Target("home", user=parts[1])
-        try:
-            list_id: uuid.UUID | None = uuid.UUID(parts[2])
-        except ValueError:
-            list_id = None
+        list_id = collection_id(parts[1], parts[2])
         if len(parts) == 3:
             return Target("collection", user=parts[1], list_id=list_id, segment=parts[2])
-        if list_id is not None:
-            return Target("item", user=parts[1], list_id=list_id, name=parts[3])
+        return Target("item", user=parts[1], list_id=list_id, name=parts[3])
     raise DavError(404, "No such resource.")
+
+
+_NAMED = uuid.UUID("5b0e8a8e-4f0c-4a51-9a3e-2f0d7c1c6d21")
+
+
+def collection_id(user: str, segment: str) -> uuid.UUID:
+    """The list a collection's path segment names: its id, or, for a name a client chose
+    at MKCALENDAR that is not a UUID, the id made from it (the same every time)."""
+    try:
+        return uuid.UUID(segment)
+    except ValueError:
+        return uuid.uuid5(_NAMED, f"{user}/{segment}")
 
 
 def principal_href(user: str) -> str:
@@ -467,8 +475,7 @@ class Server:
     ) -> DavResponse:
         if target.kind != "collection":
             raise DavError(403, "Calendars are made in your calendar home.")
-        if target.list_id is None:
-            raise DavError(403, "Name a new calendar by a UUID (as clients do).")
+        assert target.list_id is not None
         try:
             await store.collection(db=db, user=user, list_id=target.list_id)
         except ListNotFound:

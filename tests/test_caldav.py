@@ -665,3 +665,26 @@ async def test_a_client_that_ticks_a_repeating_task_by_moving_its_due_completes_
     assert (await dav.request("PUT", gym, moved, If_Match=got.headers["ETag"])).status_code == 204
     after = (await client.get(f"/api/ada/tasks/{mine['id']}", headers=auth("ada"))).json()
     assert (after["completed"], after["due_at"][:10]) == (False, "2030-01-09")
+
+
+async def test_a_change_made_anywhere_moves_the_ctag_and_sync_token_at_once(
+    client: httpx.AsyncClient,
+) -> None:
+    dav = await dav_for(client, "ada")
+    task = await make_task(client, user="ada", title="Milk")
+    path = f"{dav.home()}{task['list_id']}/"
+
+    async def marks() -> tuple[str | None, str | None]:
+        found = await dav.propfind(path, "<cs:getctag/><d:sync-token/>")
+        return (
+            found.findtext(".//cs:getctag", namespaces=NS),
+            found.findtext(".//d:sync-token", namespaces=NS),
+        )
+
+    before = await marks()
+    assert before == await marks()
+    await client.patch(f"/api/ada/tasks/{task['id']}/complete", json={"completed": True},
+                       headers=auth("ada"))  # fmt: skip
+    after = await marks()
+    assert after[0] != before[0]
+    assert after[1] != before[1]

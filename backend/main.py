@@ -18,9 +18,11 @@ from backend.metrics import release_process_metrics
 from backend.middleware import BodyLimit, RequestMiddleware
 from backend.routers import (
     account,
+    app_passwords,
     calendar,
     chat,
     chat_ui,
+    dav,
     dev,
     documents,
     events,
@@ -42,6 +44,7 @@ from backend.settings import Settings, load_settings
 _IMPORT_PATH = re.compile(r"/api/[^/]+/import")
 _DOCUMENTS_PATH = re.compile(r"/api/[^/]+/documents")
 _DOCUMENT_PATH = re.compile(r"/api/[^/]+/documents/[^/]+")
+_DAV_PATH = re.compile(r"/dav(/.*)?")
 # A document's file with the multipart envelope around it (its headers, the form fields).
 _MULTIPART_OVERHEAD = 64 * 1024
 
@@ -117,6 +120,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodyLimit("POST", _IMPORT_PATH, settings.import_max_bytes),
         BodyLimit("POST", _DOCUMENTS_PATH, document_bytes),
         BodyLimit("PUT", _DOCUMENT_PATH, document_bytes),
+        *(BodyLimit(method, _DAV_PATH, settings.dav_max_bytes) for method in dav.METHODS),
     ]
     install_error_handlers(app)
     # Added before the CORS middleware, so that it runs inside it: see ChatFastPath.
@@ -153,11 +157,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         account,
         hooks,
         memories,
+        app_passwords,
     ):
         # The routes are complete (prefix, tags, documented errors) once declared; adding
         # them directly spares every request FastAPI's lazy re-resolution of included
         # routers, and the OpenAPI document is the same.
         app.router.routes.extend(module.router.routes)
+    app.router.routes.extend(dav.routes)
     if settings.dev_sign_in:
         app.router.routes.extend(dev.router.routes)
     if settings.web_ui_enabled:

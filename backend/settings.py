@@ -86,6 +86,8 @@ class Settings(BaseSettings):
     # owner's lists may hold together, whoever uploaded them.
     document_max_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
     document_quota_bytes: int = Field(default=100 * 1024 * 1024, ge=1024)
+    # CalDAV (docs/caldav.md): the largest request body a client may send.
+    dav_max_bytes: int = Field(default=1024 * 1024, ge=1024)
 
     chat_rate_limit_per_minute: int = Field(default=30, ge=0)
     chat_busy_policy: Literal["wait", "reject"] = "wait"

@@ -76,6 +76,12 @@ EXPECTED: dict[str, list[str | tuple[str, int]]] = {
         '"due_at":"2030-03-21T22:00:00Z"',
         "Added task 3: Take out the trash (due ",
     ],
+    "docs/caldav.md": [
+        '"name":"iPhone"',
+        "<d:href>/dav/principals/alice-caldav/</d:href>",
+        "revoked: 204",
+        "after revoking: 401",
+    ],
     "docs/events-webhooks-calendar.md": [
         "event: task.created",
         '"specversion":"1.0"',

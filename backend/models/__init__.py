@@ -2,6 +2,7 @@
 
 from backend.models.approval import Approval
 from backend.models.change import TaskChange
+from backend.models.dav import AppPassword, DavCollection, DavItem, DavSignIn
 from backend.models.document import Document, Passage
 from backend.models.event import Event
 from backend.models.idempotency import IdempotencyKey
@@ -16,7 +17,11 @@ from backend.models.user import User
 __all__ = [
     "AgentMessage",
     "AgentSession",
+    "AppPassword",
     "Approval",
+    "DavCollection",
+    "DavItem",
+    "DavSignIn",
     "Document",
     "Event",
     "IdempotencyKey",

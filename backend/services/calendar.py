@@ -108,7 +108,7 @@ def _event(task: Task, tz: ZoneInfo) -> Event:
         event.add("categories", task.tags)
     event.add("priority", {"high": 1, "medium": 5, "low": 9}.get(task.priority, 5))
     if task.recurrence:
-        event.add("rrule", vRecur.from_ical(_rule_from(task, due, all_day, tz)))
+        event.add("rrule", vRecur.from_ical(rule_from(task, due, all_day, tz)))
     if task.remind_at is not None:
         alarm = Alarm()
         alarm.add("action", "DISPLAY")
@@ -119,7 +119,7 @@ def _event(task: Task, tz: ZoneInfo) -> Event:
     return event
 
 
-def _rule_from(task: Task, due: datetime, all_day: bool, tz: ZoneInfo) -> str:
+def rule_from(task: Task, due: datetime, all_day: bool, tz: ZoneInfo) -> str:
     """The task's rule as its VEVENT needs it: counted from this occurrence (COUNT less the
     occurrences already done), UNTIL of the same kind as DTSTART."""
     assert task.recurrence is not None

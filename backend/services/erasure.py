@@ -75,6 +75,10 @@ _STALLED = text(
 
 # Batches: (what, a statement deleting or updating at most :n rows, whether as the worker).
 _STEPS: list[tuple[str, str, bool]] = [
+    # First, so that no CalDAV client of theirs signs in while the rest goes.
+    ("app_passwords", "DELETE FROM app_passwords WHERE id IN"
+     " (SELECT id FROM app_passwords WHERE user_id = :me LIMIT :n)", False),
+    ("dav_sign_ins", "DELETE FROM dav_sign_ins WHERE user_id = :me", False),
     ("task_changes", "DELETE FROM task_changes WHERE id IN"
      " (SELECT id FROM task_changes WHERE user_id = :me LIMIT :n)", False),
     ("approvals", "DELETE FROM approvals WHERE id IN"

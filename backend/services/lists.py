@@ -111,9 +111,12 @@ async def get_list(*, db: AsyncSession, user: str, list_id: uuid.UUID) -> ListPu
     return _public(row)
 
 
-async def create_list(*, db: AsyncSession, user: str, data: ListCreate) -> ListPublic:
-    """A new list of the user's own; a name they already own, in any case, is 409."""
-    list_id = uuid.uuid4()
+async def create_list(
+    *, db: AsyncSession, user: str, data: ListCreate, list_id: uuid.UUID | None = None
+) -> ListPublic:
+    """A new list of the user's own (with the id a CalDAV client chose, if given); a name
+    they already own, in any case, is 409."""
+    list_id = list_id or uuid.uuid4()
     await _named(db, insert(TodoList).values(id=list_id, owner_id=user, name=data.name), data)
     await db.exec(insert(ListMember).values(list_id=list_id, user_id=user, role="owner"))
     await announce(db, list_id=list_id, kind="list.created")

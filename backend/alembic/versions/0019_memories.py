@@ -1,7 +1,7 @@
 """memories: what a person told the assistant about themselves, carried into every turn
 
 Revision ID: 0019
-Revises: 0016
+Revises: 0018
 
 - `memories`: short facts, the person's own, under forced row-level security like their
   sessions (the acting user's rows only); each change writes its event (`memory.created`,
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0019"
-down_revision: str | None = "0016"
+down_revision: str | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

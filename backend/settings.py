@@ -121,7 +121,7 @@ class Settings(BaseSettings):
     # How often each replica looks for reminders that came due, and after how long one
     # that fires is "late" (the contract: more than 5 s after its time; the service was
     # not running when it came due).
-    reminder_poll_s: float = Field(default=1.0, gt=0)
+    reminder_poll_s: float = Field(default=60.0, gt=0)
     reminder_late_after_s: float = Field(default=5.0, ge=0)
     webhook_url: str | None = None
     webhook_secret: SecretStr | None = None

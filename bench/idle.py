@@ -3,7 +3,7 @@ using it; the statements it sends PostgreSQL are counted on the wire for a windo
 reminders written straight into the database (as another replica writes them) are timed
 from their `remind_at` to their firing.
 
-    .venv/bin/python -m bench.idle [--window 30] [--settle 10] [--rev REV] [--webhooks]
+    .venv/bin/python -m bench.idle [--window 120] [--settle 10] [--rev REV] [--webhooks]
 
 The count is taken from outside, by `tests/statement_counter.py`: a TCP proxy between the
 server and PostgreSQL that counts every simple Query and every extended-protocol Execute the
@@ -45,10 +45,11 @@ REMINDERS_IN_S = (2.0, 4.5, 7.0, 11.0, 16.0)
 
 
 async def _transactions(url: str) -> int:
-    """Transactions committed and rolled back in `url`'s database so far, read from the
-    `postgres` database so that this read is not one of them."""
+    """Transactions committed and rolled back in `url`'s database so far, read from another
+    database so that this read is not one of them."""
     name = make_url(url).database
-    connection = await asyncpg.connect(asyncpg_dsn(url), database="postgres")
+    other = "template1" if name == "postgres" else "postgres"
+    connection = await asyncpg.connect(asyncpg_dsn(url), database=other)
     try:
         # Statistics reach the view when a backend reports them (at most once a second).
         await connection.execute("SELECT pg_stat_clear_snapshot()")
@@ -172,7 +173,7 @@ def _breakdown(name: str, run: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--window", type=float, default=30.0, help="seconds counted idle")
+    parser.add_argument("--window", type=float, default=120.0, help="seconds counted idle")
     parser.add_argument("--settle", type=float, default=10.0, help="seconds after start-up")
     parser.add_argument("--rev", help="also measure the service at this commit, first")
     parser.add_argument("--webhooks", action="store_true", help="with WEBHOOK_URL set")
@@ -203,7 +204,11 @@ def main() -> None:
             )
         reset_schema(url, {**env, "DATABASE_URL": url})
         runs["now"] = measure(
-            "now", url, {**env, "DATABASE_URL": url}, logs, settle_s=args.settle,
+            "now",
+            url,
+            {**env, "DATABASE_URL": url},
+            logs,
+            settle_s=args.settle,
             window_s=args.window,
         )
     text = (
@@ -216,7 +221,8 @@ def main() -> None:
         + _table(runs)
         + "".join(_breakdown(name, run) for name, run in runs.items())
     )
-    write_results("idle-webhooks" if args.webhooks else "idle", text, {"runs": runs, "database": where})
+    name = "idle-webhooks" if args.webhooks else "idle"
+    write_results(name, text, {"runs": runs, "database": where})
 
 
 if __name__ == "__main__":

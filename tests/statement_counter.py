@@ -53,7 +53,7 @@ class _Reader:
                 continue
             if len(self._buffer) < 5:
                 return
-            kind = self._buffer[0:1]
+            kind = bytes(self._buffer[0:1])
             (length,) = struct.unpack("!i", self._buffer[1:5])
             if len(self._buffer) < 1 + length:
                 return

@@ -62,7 +62,8 @@ class AppContext:
             events.on_notify(webhooks.wake)
         agent = OpenAIAgentService.from_settings(settings, database, turn_streams)
         reminders = ReminderClock(settings, database)
-        sweeper = TurnSweeper(settings, database, agent)
+        sweeper = TurnSweeper(settings, database, agent, events)
+        turn_streams.on_open(sweeper.lease_taken)
         # They sleep until the database says: a time they read, a notification, a reconnect.
         events.on_channel(reminder_channel, reminders.alarm.heard)
         events.on_channel(lease_channel, sweeper.alarm.heard)

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.conftest import server_env
@@ -101,3 +102,32 @@ async def test_a_reminder_written_through_one_replica_fires_on_the_other_woken_b
     assert event["task"]["id"] == task["id"]
     assert event["late"] is False  # within REMINDER_LATE_AFTER_S of its time
     assert await reminders_fired_total(http, [b]) == fired_on_b + 1
+
+
+async def test_after_the_listening_connection_is_lost_every_replica_catches_up_once(
+    replicas: list[ServerProcess], http: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    a, _ = replicas
+    user = f"idle-{uuid.uuid4().hex[:12]}"
+    task = await create_task(http, a, user, remind_at=soon(3600))
+    # Moved to now with the triggers off: no notification, as if it was sent while the
+    # replicas were not listening. Their clocks sleep on, to the hour.
+    async with engine.begin() as connection:
+        await connection.execute(text("SET LOCAL session_replication_role = replica"))
+        await connection.execute(
+            text("UPDATE tasks SET remind_at = now() WHERE id = :id"), {"id": task["id"]}
+        )
+    assert await reminder_events(engine, user) == {}
+    async with engine.begin() as connection:
+        await connection.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = 'todo-agent-listen' AND datname = current_database()"
+            )
+        )
+
+    async def fired() -> bool:
+        return bool(await reminder_events(engine, user))
+
+    await until(fired, timeout_s=30, message="no replica caught up after listening again")
+    assert list(await reminder_events(engine, user)) == [task["id"]]

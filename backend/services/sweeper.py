@@ -11,18 +11,27 @@ names the turn gets its answer. The attempt that lapsed, should it wake up, writ
 its tool calls and its reply are refused once the session names another attempt.
 
 A lease lapsing is a time event: between rounds the sweeper sleeps until the earliest held
-lease lapses (`todo_next_lapse`), and a lease taken or cut short anywhere NOTIFYs
-`todo_agent_leases` with its lapse time (a trigger, migration 0021), which moves the alarm
-earlier without a query. So an idle replica asks once a minute, a lapsed turn waits about
-as long as before, and a busy one sweeps no more often than it polled: once per
-min(1 s, lease / 3).
+lease lapses (`todo_next_lapse`, migration 0021), and `todo_agent_leases` notifications
+carrying a lapse time move its alarm earlier without a query. They come from:
+
+- the replica where a turn starts (`lease_taken`), on its listening connection, after the
+  turn's transaction: only when no lease it announced lapses later than now, since every
+  sweeper wakes at that one anyway and reads the earliest lease then. So a busy replica
+  announces once per lease at most, and a turn pays nothing for it;
+- the database, when a draining replica cuts a lease short (a trigger, migration 0021).
+
+So an idle replica asks once a minute, a lapsed turn waits about as long as before, and a
+busy one sweeps no more often than it polled: once per min(1 s, lease / 3). After the
+listening connection is lost and found again, the sweeper looks once.
 """
 
+import asyncio
 import logging
 import uuid
 
 from backend.db import Database
 from backend.services.agent import OpenAIAgentService
+from backend.services.outbox.hub import EventHub
 from backend.services.outbox.worker import Alarm, Next, WakingWorker
 from backend.services.turns import lapsed_turns, next_lapse
 from backend.settings import Settings
@@ -36,11 +45,40 @@ CHANNEL = "todo_agent_leases"
 class TurnSweeper(WakingWorker):
     name = "turn-sweeper"
 
-    def __init__(self, settings: Settings, database: Database, agent: OpenAIAgentService) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        database: Database,
+        agent: OpenAIAgentService,
+        hub: EventHub | None = None,
+    ) -> None:
         self._database = database
         self._agent = agent
+        self._hub = hub
+        self._lease_s = settings.chat_session_lease_s
         # At most as often as it used to poll: a lapsed turn waits about a second at most.
         self.alarm = Alarm(shortest_s=min(1.0, settings.chat_session_lease_s / 3))
+        self._announced = 0.0  # when the last lease announced from here lapses (database clock)
+        self._announcing: set[asyncio.Task[None]] = set()
+
+    def lease_taken(self) -> None:
+        """A turn took a lease here just now: tell every sweeper when it lapses, unless one
+        announced from here lapses later than now (they wake then and read this one)."""
+        hub = self._hub
+        now = self.alarm.database_time()
+        if hub is None or self._announced > now or not hub.listening.is_set():
+            return
+        self._announced = now + self._lease_s
+        task = asyncio.create_task(self._announce(hub, self._announced))
+        self._announcing.add(task)
+        task.add_done_callback(self._announcing.discard)
+
+    async def _announce(self, hub: EventHub, lapses_at: float) -> None:
+        try:
+            await hub.notify(CHANNEL, [f"{lapses_at:.3f}"])
+        except Exception:
+            self._announced = 0.0  # the next turn announces again
+            logger.warning("could not announce a lease", exc_info=True)
 
     async def sweep(self) -> int:
         """Take over the turns whose lease lapsed; how many this process took."""

@@ -13,10 +13,12 @@ ones by the writer's own transaction, whatever path wrote them:
   `todo_agent_reminders` with its time (seconds since the epoch, rounded down to the
   second, so that a bulk write of many reminders sends one notification a second of them:
   PostgreSQL folds equal ones within a transaction).
-- `agent_sessions_lease_notify`: when a turn takes a session's lease (a new turn, a
-  takeover) or its lease is cut short (a draining replica's hand-over), NOTIFY
-  `todo_agent_leases` with when it lapses. A renewal, which only moves it later, says
-  nothing: a sweeper due to look at the old time looks, and reads the new one.
+- `agent_sessions_lease_notify`: when a turn's lease is cut short (a draining replica's
+  hand-over), NOTIFY `todo_agent_leases` with when it lapses (now). A lease taken is
+  announced by its replica, not here: a turn's transaction stays free of NOTIFY, which
+  PostgreSQL serializes at commit (services/sweeper.py). A renewal, which only moves the
+  lapse later, says nothing: a sweeper due to look at the old time looks, and reads the new
+  one.
 - `todo_next_lapse()`: when the earliest held lease lapses, for the worker role, which sees
   no one's sessions (a definer function, as `todo_lapsed_turns` of 0013); it reads 0013's
   partial index.
@@ -79,14 +81,9 @@ def upgrade() -> None:
     )
     op.execute(_LEASE_NOTIFY)
     op.execute(
-        "CREATE TRIGGER agent_sessions_lease_notify_insert AFTER INSERT ON agent_sessions"
-        " FOR EACH ROW WHEN (NEW.lease_owner IS NOT NULL) EXECUTE FUNCTION todo_lease_notify()"
-    )
-    op.execute(
-        "CREATE TRIGGER agent_sessions_lease_notify AFTER UPDATE OF lease_owner,"
-        " lease_expires_at ON agent_sessions FOR EACH ROW WHEN (NEW.lease_owner IS NOT NULL"
-        " AND (OLD.lease_owner IS DISTINCT FROM NEW.lease_owner"
-        " OR NEW.lease_expires_at < OLD.lease_expires_at))"
+        "CREATE TRIGGER agent_sessions_lease_notify AFTER UPDATE OF lease_expires_at"
+        " ON agent_sessions FOR EACH ROW WHEN (NEW.lease_owner IS NOT NULL"
+        " AND OLD.lease_owner = NEW.lease_owner AND NEW.lease_expires_at < OLD.lease_expires_at)"
         " EXECUTE FUNCTION todo_lease_notify()"
     )
     op.execute(_NEXT_LAPSE)
@@ -98,7 +95,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute("DROP FUNCTION todo_next_lapse()")
     op.execute("DROP TRIGGER agent_sessions_lease_notify ON agent_sessions")
-    op.execute("DROP TRIGGER agent_sessions_lease_notify_insert ON agent_sessions")
     op.execute("DROP FUNCTION todo_lease_notify()")
     op.execute("DROP TRIGGER tasks_reminder_notify ON tasks")
     op.execute("DROP TRIGGER tasks_reminder_notify_insert ON tasks")

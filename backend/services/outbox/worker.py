@@ -78,6 +78,10 @@ class Alarm:
         self._changed = asyncio.Event()
         self._stuck = 0
 
+    def database_time(self) -> float:
+        """The database's clock now, as the last round saw it (seconds since the epoch)."""
+        return time.time() + self._offset
+
     def wake(self, _payload: object = None) -> None:
         """Look now (something may be due that no time foretold)."""
         self._look = True

@@ -166,7 +166,7 @@ def _table(runs: dict[str, dict[str, Any]]) -> str:
 
 def _breakdown(name: str, run: dict[str, Any]) -> str:
     lines = [f"\n{name}: {run['statements']} statements in {run['window_s']} s\n"]
-    for sql, count in Counter(run["by_statement"]).most_common(12):
+    for sql, count in Counter(run["by_statement"]).most_common(20):
         lines.append(f"    {count:5}  {sql[:110]}")
     return "\n".join(lines) + "\n"
 

@@ -12,11 +12,13 @@ from backend.services.agent import OpenAIAgentService
 from backend.services.calendar import FeedLimiter
 from backend.services.embeddings import Embeddings
 from backend.services.outbox.hub import EventHub
+from backend.services.outbox.reminders import CHANNEL as reminder_channel
 from backend.services.outbox.reminders import ReminderClock
 from backend.services.outbox.upkeep import Upkeep
 from backend.services.outbox.vectors import PassageVectors, vectors_present
 from backend.services.outbox.webhooks import WebhookDispatcher
 from backend.services.outbox.worker import BackgroundWorker
+from backend.services.sweeper import CHANNEL as lease_channel
 from backend.services.sweeper import TurnSweeper
 from backend.services.turn_streams import TurnStreams
 from backend.services.users import KnownUsers
@@ -59,6 +61,14 @@ class AppContext:
             webhooks = WebhookDispatcher(settings, database, source=events.source)
             events.on_notify(webhooks.wake)
         agent = OpenAIAgentService.from_settings(settings, database, turn_streams)
+        reminders = ReminderClock(settings, database)
+        sweeper = TurnSweeper(settings, database, agent.replica, events)
+        turn_streams.on_open(sweeper.lease_taken)
+        # They sleep until the database says: a time they read, a notification, a reconnect.
+        events.on_channel(reminder_channel, reminders.alarm.heard)
+        events.on_channel(lease_channel, sweeper.alarm.heard)
+        for worker in (reminders, sweeper, *([webhooks] if webhooks else [])):
+            events.on_listening(worker.alarm.wake)
         return cls(
             settings=settings,
             database=database,
@@ -66,9 +76,9 @@ class AppContext:
             verifier=TokenVerifier(settings, http),
             agent=agent,
             events=events,
-            reminders=ReminderClock(settings, database),
+            reminders=reminders,
             upkeep=Upkeep(settings, database),
-            sweeper=TurnSweeper(settings, database, agent.replica),
+            sweeper=sweeper,
             turn_streams=turn_streams,
             webhooks=webhooks,
             embeddings=Embeddings(settings) if settings.embeddings_model else None,
@@ -106,6 +116,7 @@ class AppContext:
         self.semantic = self.agent.semantic = embeddings
         self.vectors = PassageVectors(self.settings, self.database, embeddings)
         self.events.on_notify(self.vectors.wake)
+        self.events.on_listening(self.vectors.alarm.wake)
 
     @property
     def draining(self) -> bool:

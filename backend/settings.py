@@ -122,10 +122,11 @@ class Settings(BaseSettings):
     # Events: the outbox's replay window, stream keep-alives, reminders and webhooks.
     events_retention_h: float = Field(default=24.0, gt=0)
     events_keepalive_s: float = Field(default=15.0, gt=0)
-    # How often each replica looks for reminders that came due, and after how long one
+    # The longest each replica's reminder clock sleeps without asking (it wakes at the next
+    # reminder's time, and when any replica writes an earlier one), and after how long one
     # that fires is "late" (the contract: more than 5 s after its time; the service was
     # not running when it came due).
-    reminder_poll_s: float = Field(default=1.0, gt=0)
+    reminder_poll_s: float = Field(default=60.0, gt=0)
     reminder_late_after_s: float = Field(default=5.0, ge=0)
     webhook_url: str | None = None
     webhook_secret: SecretStr | None = None

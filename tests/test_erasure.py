@@ -321,9 +321,10 @@ async def _erasing(engine: AsyncEngine, user: str) -> bool:
 async def test_a_pending_reminder_of_a_user_being_erased_never_fires(
     make_settings: Callable[..., Settings], engine: AsyncEngine
 ) -> None:
-    settings = make_settings(reminder_poll_s=3600)  # fired here, by hand, as often as asked
+    settings = make_settings()
     async with serving(settings) as client:
         context: AppContext = client._transport.app.state.context  # type: ignore[attr-defined]
+        await context.reminders.stop()  # fired here, by hand, as often as asked
         await client.get("/api/ada/settings", headers=auth("ada"))
         await seed_messages(engine, user="ada", sessions=10, per_session=2000, size=256)
         soon = datetime.now(UTC) + timedelta(milliseconds=300)

@@ -357,10 +357,15 @@ class TurnStreams:
         self._sender: asyncio.Task[None] | None = None
         self._keys = itertools.count()
         self._key_prefix = uuid.uuid4().hex[:8]
+        self._on_open: list[Callable[[], None]] = []
         if hub is not None:
             hub.on_channel(CHANNEL, self._heard)
 
     # -- the runner's side ----------------------------------------------------------------
+
+    def on_open(self, callback: Callable[[], None]) -> None:
+        """Call `callback` as each turn starts here (its lease just taken)."""
+        self._on_open.append(callback)
 
     def open(
         self,
@@ -383,6 +388,8 @@ class TurnStreams:
             lapsed=lapsed,
         )
         self._running[session_id] = feed
+        for callback in self._on_open:
+            callback()
         return feed
 
     def _forget_ended(self) -> None:

@@ -181,6 +181,7 @@ _RESUME = text(
     column("memories", JSON),
 )
 _LAPSED = text("SELECT session_id, user_id, turn FROM todo_lapsed_turns(:want)")
+_NEXT_LAPSE = text("SELECT due, now FROM todo_next_lapse()")
 # Draining: the lease ends now, and the sweeper of another replica takes the turn.
 _HAND_OVER = text(
     """
@@ -495,6 +496,13 @@ async def lapsed_turns(db: AsyncConnection, *, want: int) -> list[tuple[uuid.UUI
     longest lapsed first. As the worker role, which sees no one's sessions otherwise."""
     rows = await db.execute(_LAPSED, {"want": want})
     return [(row.session_id, row.user_id, row.turn) for row in rows]
+
+
+async def next_lapse(db: AsyncConnection) -> tuple[float | None, float]:
+    """(When the earliest held lease lapses, the database's clock), seconds since the epoch;
+    as the worker role (migration 0021)."""
+    row = (await db.execute(_NEXT_LAPSE)).one()
+    return row[0], row[1]
 
 
 async def take_over(

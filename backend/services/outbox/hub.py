@@ -15,6 +15,7 @@ N" is a complete answer at any moment.
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,9 @@ FORGET_CHANNEL = "todo_agent_forget_user"
 # A stream that falls this far behind is closed; its client resumes with Last-Event-ID.
 MAX_BACKLOG = 1000
 _NOTIFY = "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload"
+# How often the listening connection is asked something, so that one dropped without a word
+# is noticed (TCP keepalives notice sooner where the platform has them, asking nothing).
+PING_EVERY_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +99,7 @@ class EventHub(BackgroundWorker):
         self._listeners: list[Callable[[str], None]] = []
         self._forgetters: list[Callable[[str], None]] = []
         self._channels: dict[str, Callable[[str], None]] = {}
+        self._on_listening: list[Callable[[], None]] = []
         self._connection: asyncpg.Connection | None = None
         self._talking = asyncio.Lock()  # one statement at a time on the connection
         self.listening = asyncio.Event()
@@ -113,6 +118,11 @@ class EventHub(BackgroundWorker):
     def on_channel(self, channel: str, callback: Callable[[str], None]) -> None:
         """Also listen on `channel`, telling `callback` each payload (see `notify`)."""
         self._channels[channel] = callback
+
+    def on_listening(self, callback: Callable[[], None]) -> None:
+        """Call `callback` each time the connection listens again (and the first time):
+        what was notified while it was down is lost, so a reader catches up once."""
+        self._on_listening.append(callback)
 
     async def notify(self, channel: str, payloads: list[str]) -> None:
         """NOTIFY `channel` with each payload, in order, in one statement on the listening
@@ -155,15 +165,18 @@ class EventHub(BackgroundWorker):
                 await connection.add_listener(FORGET_CHANNEL, self._forget)
                 for channel, callback in self._channels.items():
                     await connection.add_listener(channel, _payload_to(callback))
+                _keep_alive(connection)
                 self._connection = connection
                 self.listening.set()
                 delay = 0.2
                 for user_id in list(self._users):
                     self._wake(user_id)
+                for catch_up in self._on_listening:
+                    catch_up()
                 while not lost.is_set():
                     # Ask now and then, so a connection dropped without a word is noticed.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(lost.wait(), timeout=10)
+                        await asyncio.wait_for(lost.wait(), timeout=PING_EVERY_S)
                     if not lost.is_set():
                         async with self._talking:
                             await connection.fetchval("SELECT 1", timeout=5)
@@ -311,6 +324,20 @@ class EventHub(BackgroundWorker):
             if frame is None:
                 return
             yield frame.data
+
+
+def _keep_alive(connection: asyncpg.Connection) -> None:
+    """TCP keepalives on the listening connection's socket: a peer gone without a word is
+    noticed within about 30 s by the kernel's probes, which send no statement."""
+    transport = getattr(connection, "_transport", None)
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 15)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 5)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
 
 
 def _payload_to(callback: Callable[[str], None]) -> Callable[[Any, int, str, str], None]:

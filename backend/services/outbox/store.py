@@ -89,6 +89,13 @@ _FIRE = text(
     "UPDATE tasks SET reminded_at = now() WHERE id = ANY(:ids) AND reminded_at IS NULL"
     " RETURNING remind_at, reminded_at"
 )
+# When the next unfired reminder is due (what _CLAIM_DUE would claim then), and the clock.
+_NEXT_DUE = text(
+    "SELECT EXTRACT(EPOCH FROM min(t.remind_at))::float8,"
+    " EXTRACT(EPOCH FROM clock_timestamp())::float8 FROM tasks t"
+    " WHERE t.remind_at IS NOT NULL AND t.reminded_at IS NULL AND NOT t.completed"
+    " AND t.deleted_at IS NULL"
+)
 _LATE_AFTER = text("SELECT set_config('todo_agent.late_after_s', :late_after_s, true)")
 
 
@@ -103,6 +110,13 @@ async def fire_reminders(
     await connection.execute(_LATE_AFTER, {"late_after_s": str(late_after_s)})
     rows = (await connection.execute(_FIRE, {"ids": [row[0] for row in due]})).all()
     return [(row[0], row[1]) for row in rows]
+
+
+async def next_reminder(connection: AsyncConnection) -> tuple[float | None, float]:
+    """(When the next unfired reminder is due, the database's clock), seconds since the
+    epoch."""
+    row = (await connection.execute(_NEXT_DUE)).one()
+    return row[0], row[1]
 
 
 # -- webhooks ---------------------------------------------------------------------------
@@ -134,6 +148,11 @@ _HAND_BACK = text(
     "UPDATE events SET webhook_due_at = now(), webhook_attempts = webhook_attempts - 1"
     " WHERE id = :id AND webhook_attempts = :attempt"
 )
+# When the next delivery is due (a retry, or a lease running out), and the clock.
+_NEXT_DELIVERY = text(
+    "SELECT EXTRACT(EPOCH FROM min(webhook_due_at))::float8,"
+    " EXTRACT(EPOCH FROM clock_timestamp())::float8 FROM events WHERE webhook_due_at IS NOT NULL"
+)
 _BACKLOG = text("SELECT count(*) FROM events WHERE webhook_due_at IS NOT NULL")
 _WRITTEN = text("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM events_id_seq")
 
@@ -143,6 +162,12 @@ async def claim_deliveries(
 ) -> list[tuple[StoredEvent, int]]:
     rows = (await connection.execute(_CLAIM, {"batch": batch, "lease_s": lease_s})).all()
     return [(StoredEvent(*row[:6]), row[6]) for row in rows]
+
+
+async def next_delivery(connection: AsyncConnection) -> tuple[float | None, float]:
+    """(When the next delivery is due, the database's clock), seconds since the epoch."""
+    row = (await connection.execute(_NEXT_DELIVERY)).one()
+    return row[0], row[1]
 
 
 async def settle_delivery(

@@ -14,8 +14,9 @@ from backend.settings import Settings
 
 logger = logging.getLogger("todo_agent.events")
 
-GAUGES_EVERY_S = 5.0
-PRUNE_EVERY = 12  # gauge rounds: once a minute
+# Gauges and pruning, once a minute: an idle replica asks nothing more often.
+GAUGES_EVERY_S = 60.0
+PRUNE_EVERY = 1  # gauge rounds
 TRASH_BATCH = 1000
 
 

@@ -13,11 +13,10 @@ meanwhile. Storing a passage's vector drops its vectors of other models, so a ch
 model re-embeds everything once in the background and leaves one vector per passage.
 
 Rounds run when an event is committed anywhere (a document uploaded through any replica
-writes one), and every EMBEDDINGS_RETRY_S (at most every 10 s) for retries.
+writes one), and when the next claim is due again (a retry's backoff over, or a lease run
+out: read in each round), or once a minute at most.
 """
 
-import asyncio
-import contextlib
 import logging
 import uuid
 from dataclasses import dataclass
@@ -27,12 +26,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db import Database
 from backend.services.embeddings import Embeddings, EmbeddingsUnavailable, vector_literal
-from backend.services.outbox.worker import BackgroundWorker
+from backend.services.outbox.worker import Alarm, Next, WakingWorker
 from backend.settings import Settings
 
 logger = logging.getLogger("todo_agent.vectors")
 
-_MAX_POLL_S = 10.0
 _LEASE_SLACK_S = 10.0
 # Between two rounds woken by events: a burst of events makes one round, not a round each.
 _MIN_GAP_S = 0.2
@@ -85,6 +83,12 @@ _POSTPONE = text(
     " now() + make_interval(secs => least(600, :retry_s * 2 ^ least(attempts, 20)))"
     " WHERE passage_id = ANY(CAST(:ids AS uuid[])) AND model = :model AND embedding IS NULL"
 )
+# When a claim is next due again: a pending row's backoff over and its lease (if any) run out.
+_NEXT_DUE = text(
+    "SELECT EXTRACT(EPOCH FROM min(CASE WHEN leased_until > next_attempt_at THEN leased_until"
+    " ELSE next_attempt_at END))::float8, EXTRACT(EPOCH FROM clock_timestamp())::float8"
+    " FROM passage_vectors WHERE model = :model AND embedding IS NULL"
+)
 _PRESENT = text("SELECT to_regclass('passage_vectors') IS NOT NULL")
 
 
@@ -106,7 +110,7 @@ def passage_text(title: str, heading: str, body: str) -> str:
     return "\n".join(part for part in (title, heading) if part) + "\n\n" + body
 
 
-class PassageVectors(BackgroundWorker):
+class PassageVectors(WakingWorker):
     name = "passage-vectors"
 
     def __init__(self, settings: Settings, database: Database, embeddings: Embeddings) -> None:
@@ -116,12 +120,11 @@ class PassageVectors(BackgroundWorker):
         self._batch = settings.embeddings_batch
         self._lease_s = settings.embeddings_timeout_s + _LEASE_SLACK_S
         self._retry_s = settings.embeddings_retry_s
-        self._poll_s = min(_MAX_POLL_S, settings.embeddings_retry_s)
         self._dims: int | None = None  # what the model answered last
-        self._wakeup = asyncio.Event()
+        self.alarm = Alarm(shortest_s=_MIN_GAP_S)
 
     def wake(self, _user_id: str = "") -> None:
-        self._wakeup.set()
+        self.alarm.wake()
 
     async def embed_due(self) -> int:
         """Claim a batch, embed it and store it; how many passages were claimed. Raises
@@ -173,19 +176,20 @@ class PassageVectors(BackgroundWorker):
             for row in rows
         ]
 
-    async def _run(self) -> None:
-        while True:
-            self._wakeup.clear()
-            try:
-                if await self.embed_due() == self._batch:
-                    continue  # more to do
-            except EmbeddingsUnavailable as error:
-                logger.warning(
-                    "embeddings server failed; passages postponed",
-                    extra={"model": self._model, "error": str(error)},
-                )
-            except Exception:
-                logger.warning("embedding round failed; trying again", exc_info=True)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout=self._poll_s)
-            await asyncio.sleep(_MIN_GAP_S)
+    async def _round(self) -> Next:
+        """Embed a batch, and read when the next claim is due (at once when the batch was
+        full: more are waiting)."""
+        try:
+            claimed = await self.embed_due()
+        except EmbeddingsUnavailable as error:
+            claimed = 0
+            logger.warning(
+                "embeddings server failed; passages postponed",
+                extra={"model": self._model, "error": str(error)},
+            )
+        async with self._database.system() as connection:
+            row = (await connection.execute(_NEXT_DUE, {"model": self._model})).one()
+        found = Next.read((row[0], row[1]), worked=claimed > 0)
+        if claimed == self._batch:
+            return Next(found.now, found.now)
+        return found

@@ -6,6 +6,10 @@ same attempt; its outcome is settled only if the lease is still ours. A 2xx deli
 other answer, or none within WEBHOOK_TIMEOUT_S, is retried after the next delay of
 WEBHOOK_RETRY_SCHEDULE_S with the same `webhook-id`, and given up after the last. Requests
 to the API never wait for any of this.
+
+Between rounds the dispatcher sleeps until the next delivery is due (a retry, or another
+replica's lease running out), read in the round; a committed event wakes it at once (the
+hub's notification). Idle, it asks once a minute.
 """
 
 import asyncio
@@ -21,7 +25,7 @@ from backend import metrics
 from backend.db import Database
 from backend.services.outbox import store
 from backend.services.outbox.store import StoredEvent
-from backend.services.outbox.worker import BackgroundWorker
+from backend.services.outbox.worker import Alarm, Next, WakingWorker
 from backend.settings import Settings
 
 logger = logging.getLogger("todo_agent.webhooks")
@@ -29,7 +33,7 @@ logger = logging.getLogger("todo_agent.webhooks")
 BATCH = 20
 
 
-class WebhookDispatcher(BackgroundWorker):
+class WebhookDispatcher(WakingWorker):
     name = "webhooks"
 
     def __init__(self, settings: Settings, database: Database, source: str) -> None:
@@ -41,13 +45,11 @@ class WebhookDispatcher(BackgroundWorker):
         self._timeout_s = settings.webhook_timeout_s
         self._database = database
         self._source = source
-        # How often to look for retries that came due (new events also wake it).
-        self._poll_s = max(0.05, min([1.0, *(delay / 2 for delay in self._schedule)]))
-        self._wakeup = asyncio.Event()
+        self.alarm = Alarm()
         self._http = httpx.AsyncClient(timeout=self._timeout_s, follow_redirects=False)
 
     def wake(self, _user_id: str = "") -> None:
-        self._wakeup.set()
+        self.alarm.wake()
 
     async def stop(self) -> None:
         await super().stop()
@@ -119,13 +121,15 @@ class WebhookDispatcher(BackgroundWorker):
             async with asyncio.timeout(2), self._database.system() as connection:
                 await store.hand_back_delivery(connection, event_id=event_id, attempt=attempt)
 
-    async def _run(self) -> None:
-        while True:
-            self._wakeup.clear()
-            try:
-                if await self.deliver_due() == BATCH:
-                    continue
-            except Exception:
-                logger.warning("webhook delivery round failed; trying again", exc_info=True)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout=self._poll_s)
+    async def _round(self) -> Next:
+        """Attempt what is due, and read when the next delivery is (in the claim's own
+        transaction when there was nothing to claim)."""
+        async with self._database.system() as connection:
+            claimed = await store.claim_deliveries(
+                connection, batch=BATCH, lease_s=self._timeout_s + 10
+            )
+            if not claimed:
+                return Next.read(await store.next_delivery(connection), worked=False)
+        await asyncio.gather(*(self._attempt(event, attempt) for event, attempt in claimed))
+        async with self._database.system() as connection:
+            return Next.read(await store.next_delivery(connection))

@@ -5,7 +5,7 @@ import json
 
 from backend.services.agent import SYSTEM_PROMPT
 from backend.services.tools import TOOL_DEFINITIONS
-from bench import prompt
+from bench import digest, prompt
 
 
 def test_tiktoken_counts_in_the_models_encoding_without_a_network() -> None:
@@ -40,3 +40,20 @@ def test_a_no_tool_turn_stays_within_its_token_budget() -> None:
     # search_documents is offered to everyone, so one budget holds with or without documents
     # (issue 32: 2,000 tokens without documents, 2,150 with).
     assert prompt.measure("gpt-4o-mini").prompt_tokens <= 2000
+
+
+def test_a_long_sessions_requests_grow_at_their_end_between_folds() -> None:
+    """bench.digest: 60 messages, 10 memories, a window of 20: every request that folds
+    nothing begins with all of the request before it, byte for byte; a fold, every fifth
+    turn, keeps the static rules, the context and the memories, and the window bounds what
+    a request carries."""
+    summary, requests = digest.measure("gpt-4o-mini")
+    assert (summary.messages, summary.memories, summary.history_messages) == (60, 10, 20)
+    assert summary.folds == [10, 15, 20, 25]  # never on two turns running
+    assert summary.between_folds_all_grow_at_end
+    assert summary.between_folds_min_share > 0.85
+    bodies = [body for *_, body in digest.session()]
+    static = len(json.dumps(bodies[0]["messages"][:3], separators=(",", ":")))
+    folding = [r for r in requests if r.folded]
+    assert all(r.unchanged_prefix_share * r.bytes >= static - 1 for r in folding)
+    assert summary.max_tokens < summary.mean_tokens_before_first_fold + 1000

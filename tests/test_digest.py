@@ -4,9 +4,11 @@ a provider's prompt cache needs). Read from what the scripted model was sent."""
 
 import itertools
 import json
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -250,3 +252,48 @@ async def test_export_carries_the_digest_and_import_goes_on_after_it(
     refused = await import_into(client, "ann", document)
     assert refused.status_code == 422
     assert "digest_through" in refused.text
+
+
+async def test_a_fold_is_written_once_whoever_finishes_with_it(
+    client: httpx.AsyncClient, database_url: str
+) -> None:
+    """Two attempts at folding the same messages (a turn taken over by another replica,
+    both finishing): the first to store its reply writes the fold; the other, which started
+    from the old fold position, writes its reply but not its fold."""
+    session_id = (await chat(client, "Add a task to buy milk"))["session_id"]
+    connection = await asyncpg.connect(database_url.replace("+asyncpg", ""))
+    try:
+        [first, second] = await connection.fetch(
+            "SELECT seq FROM agent_messages WHERE session_id = $1 ORDER BY seq",
+            uuid.UUID(session_id),
+        )
+        for attempt, (digest, through) in enumerate(
+            [("the first attempt's digest", first["seq"]), ("the second's", second["seq"])]
+        ):
+            turn = uuid.uuid4()
+            await connection.execute(
+                "UPDATE agent_sessions SET lease_owner = $2,"
+                " lease_expires_at = now() + interval '1 minute' WHERE id = $1",
+                uuid.UUID(session_id),
+                turn,
+            )
+            finished = await connection.fetchrow(
+                "SELECT * FROM todo_finish_turn('alice', $1, $2, $3, NULL, $4, true, 0, 0, 0, 0,"
+                " $5, $6, 0)",
+                uuid.UUID(session_id),
+                uuid.uuid4(),
+                turn,
+                f"reply {attempt}",
+                digest,
+                through,
+            )
+            assert finished["taken_over"] is False
+        stored = await connection.fetchrow(
+            "SELECT digest, digest_seq FROM agent_sessions WHERE id = $1", uuid.UUID(session_id)
+        )
+    finally:
+        await connection.close()
+    assert (stored["digest"], stored["digest_seq"]) == ("the first attempt's digest", first["seq"])
+    assert await _digest(client, session_id) == "the first attempt's digest"
+    replies = await client.get(f"/api/alice/sessions/{session_id}/messages", headers=auth("alice"))
+    assert [m["content"] for m in replies.json()["data"]][-2:] == ["reply 0", "reply 1"]

@@ -99,11 +99,14 @@ def requests(now: datetime | None = None) -> list[dict[str, Any]]:
                 ("user" if i % 2 == 0 else "assistant", text, None, None)
                 for i, text in enumerate(texts)
             ]
+            # Each message sent a minute after the one before, the last one now.
+            sent = [
+                start + timedelta(minutes=minute - len(texts) + 1 + i) for i in range(len(texts))
+            ]
+            tz = ZoneInfo(timezone)
             messages = [
-                *prompt_messages(
-                    name, ZoneInfo(timezone), instructions, start + timedelta(minutes=minute)
-                ),
-                *to_model_messages(history),
+                *prompt_messages(name, tz, instructions),
+                *to_model_messages(history, sent=sent, tz=tz),
             ]
             bodies.append({"tools": TOOL_DEFINITIONS, "messages": messages})
     return bodies

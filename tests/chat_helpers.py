@@ -1,11 +1,23 @@
 """Talking to the chat API the way the frontend does."""
 
 import json
+import re
 from typing import Any
 
 import httpx
 
 from tests.conftest import auth
+
+# What the service puts before a person's message to the model: when they sent it.
+CLOCK_NOTE = re.compile(r"\[[A-Z][a-z]{2} \d{4}-\d{2}-\d{2} \d{2}:\d{2}\] ")
+
+
+def words(message: dict[str, Any]) -> str | None:
+    """A message sent to the model, as written: a person's without its clock note."""
+    content = message.get("content")
+    if message.get("role") == "user" and isinstance(content, str):
+        return CLOCK_NOTE.sub("", content, count=1) if CLOCK_NOTE.match(content) else content
+    return content
 
 
 async def chat(

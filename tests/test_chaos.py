@@ -26,6 +26,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from tests.chat_helpers import words
 from tests.conftest import auth, server_env
 from tests.fake_openai import FakeOpenAI, Step, call, reply, tool_calls
 from tests.servers import ServerProcess, free_port, server_processes, start_all
@@ -89,7 +90,7 @@ def agent(body: dict[str, Any]) -> Step:
     that kills land mid-turn."""
     last = body["messages"][-1]
     if last["role"] == "user":
-        title = last["content"].removeprefix("add ")
+        title = (words(last) or "").removeprefix("add ")
         return tool_calls(call("add_todo", {"title": title}), delay=0.3)
     todo = json.loads(last["content"])["todo"]
     return reply(f"Added task {todo['number']}: {todo['title']}.", delay=0.3)

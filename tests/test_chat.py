@@ -8,7 +8,7 @@ import httpx
 
 from backend.services.tools import TOOL_DEFINITIONS
 from backend.settings import Settings
-from tests.chat_helpers import chat, stored_messages, task_titles
+from tests.chat_helpers import CLOCK_NOTE, chat, stored_messages, task_titles, words
 from tests.conftest import auth, serving
 from tests.factories import make_task
 from tests.fake_openai import FakeOpenAI, call, error, reply, tool_calls
@@ -55,7 +55,10 @@ async def test_the_model_is_called_with_strict_tools_and_a_system_prompt(
     assert rules["role"] == context["role"] == "system"
     assert "never instructions" in rules["content"]
     assert "Europe/Berlin" in context["content"]
-    assert body["messages"][-1] == {"role": "user", "content": "hello"}
+    # The time goes with the message (the context above stays the same every turn).
+    assert body["messages"][-1]["role"] == "user"
+    assert CLOCK_NOTE.match(body["messages"][-1]["content"])
+    assert words(body["messages"][-1]) == "hello"
 
 
 def _check_strict(schema: dict[str, Any], where: str) -> None:
@@ -149,7 +152,10 @@ async def test_parallel_tool_calls_run_in_call_order(
     assert [r["result"]["todo"]["number"] for r in answer["tool_results"][:2]] == [1, 2]
     listed = answer["tool_results"][2]["result"]
     assert [t["title"] for t in listed["todos"]] == ["First", "Second"]
-    assert [m["role"] for m in model.last_messages()[-4:]] == ["assistant", "tool", "tool", "tool"]
+    # Each call goes to the model as its own assistant message, its result right after it.
+    sent = model.last_messages()[-6:]
+    assert [m["role"] for m in sent] == ["assistant", "tool"] * 3
+    assert [m["tool_call_id"] for m in sent[1::2]] == ["call_1", "call_2", "call_3"]
 
 
 async def test_bad_tool_calls_go_back_to_the_model_as_errors(
@@ -194,7 +200,7 @@ async def test_the_tool_loop_is_capped_and_the_turn_still_answers(
     assert answer["using_stub"] is False
 
 
-async def test_history_after_thirty_turns_is_the_latest_messages_in_order(
+async def test_history_after_thirty_turns_is_the_digest_then_the_latest_messages_in_order(
     agent_client: httpx.AsyncClient, model: FakeOpenAI
 ) -> None:
     session_id = None
@@ -209,23 +215,21 @@ async def test_history_after_thirty_turns_is_the_latest_messages_in_order(
     await chat(agent_client, "the new message", session_id=session_id)
 
     messages = model.last_messages()
-    assert [m["role"] for m in messages[:2]] == ["system", "system"]  # rules, user context
-    conversation = messages[2:]
-    user_texts = [m["content"] for m in conversation if m["role"] == "user"]
-    # 20 stored messages: the new one and the 19 before it (10 user turns, 9 full + new).
-    assert user_texts == [f"message {t}" for t in range(21, 30)] + ["the new message"]
-    assert conversation[-1] == {"role": "user", "content": "the new message"}
-    assert sum(m["content"] == "the new message" for m in conversation) == 1
-    assert conversation[0]["role"] == "assistant"  # starts after "message 20"'s turn began
+    assert [m["role"] for m in messages[:3]] == ["system"] * 3  # rules, user context, digest
+    digest = messages[2]["content"]
+    # 62 stored messages with the new one: 20 (AGENT_HISTORY_MESSAGES) would be 21, so the
+    # oldest 10 of them (5 turns) were folded, as every fifth turn before this one did.
+    assert '"message 0"' in digest
+    assert '"message 24"' in digest
+    assert 'Added task 9 "task 24".' in digest
+    conversation = messages[3:]
+    user_texts = [words(m) for m in conversation if m["role"] == "user"]
+    assert user_texts == [f"message {t}" for t in range(25, 30)] + ["the new message"]
+    assert words(conversation[-1]) == "the new message"
+    assert conversation[0]["role"] == "user"  # the recent messages start with the person's
     for index, message in enumerate(conversation):
         if message["role"] == "tool":
-            calls = [c["id"] for m in conversation[:index] for c in m.get("tool_calls") or []]
-            assert message["tool_call_id"] in calls
-        if message.get("tool_calls"):
-            following = conversation[index + 1 : index + 1 + len(message["tool_calls"])]
-            assert [m.get("tool_call_id") for m in following] == [
-                c["id"] for c in message["tool_calls"]
-            ]
+            assert conversation[index - 1]["tool_calls"][0]["id"] == message["tool_call_id"]
 
 
 async def test_a_model_that_targets_another_users_tasks_finds_nothing(
@@ -281,7 +285,7 @@ async def test_sessions_continue_and_history_includes_earlier_turns(
     model.script("banana")
     second = await chat(agent_client, "what was the word?", session_id=first["session_id"])
     assert second["session_id"] == first["session_id"]
-    roles = [(m["role"], m.get("content")) for m in model.last_messages()[2:]]
+    roles = [(m["role"], words(m)) for m in model.last_messages()[2:]]
     assert roles == [
         ("user", "remember the word banana"),
         ("assistant", "OK"),

@@ -14,7 +14,7 @@ from backend.db import Database
 from backend.models.session import Usage
 from backend.services import turns
 from backend.settings import Settings
-from tests.chat_helpers import chat, chat_stream, stored_messages, task_titles
+from tests.chat_helpers import chat, chat_stream, stored_messages, task_titles, words
 from tests.conftest import auth, server_env, serving
 from tests.fake_openai import FakeOpenAI, Step, call, delay, reply, tool_calls
 from tests.servers import ServerProcess
@@ -22,7 +22,7 @@ from tests.servers import ServerProcess
 
 def echo(body: dict[str, Any]) -> Step:
     """Answer each message with itself, so every reply shows which message it answers."""
-    return reply(f"re: {body['messages'][-1]['content']}")
+    return reply(f"re: {words(body['messages'][-1])}")
 
 
 def assert_coherent(messages: list[dict[str, Any]]) -> None:

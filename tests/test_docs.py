@@ -46,6 +46,7 @@ EXPECTED: dict[str, list[str | tuple[str, int]]] = {
         "Marked task 1 as complete: Buy groceries.",
         "Most urgent first:",
     ],
+    "docs/digest.md": ['Added task 1 \\"Buy milk\\".', 'Added task 5 \\"Call contact 4\\".'],
     "docs/chat-api.md": [
         "Updated task 1: Almond milk.",
         '"title":"Milk"',

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.chat_helpers import chat, stored_messages
+from tests.chat_helpers import chat, stored_messages, words
 from tests.conftest import auth, server_env
 from tests.fake_openai import FakeOpenAI
 from tests.servers import ServerProcess
@@ -147,7 +147,7 @@ async def test_sessions_survive_a_restart_and_the_conversation_continues(
             listing = (await client.get("/api/alice/sessions")).json()
             stored = await stored_messages(client, first["session_id"])
     assert second["session_id"] == first["session_id"]
-    assert [m["content"] for m in model.last_messages()[2:]] == [
+    assert [words(m) for m in model.last_messages()[2:]] == [
         "Remember: the code word is heron",
         "First answer.",
         "What was the code word?",

@@ -119,11 +119,11 @@ async def test_the_history_read_does_not_grow_with_the_session_whatever_the_plan
         query = body.strip().removeprefix("BEGIN").strip().removeprefix("RETURN")
         query = query.strip().removesuffix("END").strip().removesuffix(";")
         prepared = query.replace("session", "$1").replace("$1_id", "session_id")
-        prepared = prepared.replace("want", "$2")
-        await connection.execute(f"PREPARE history(uuid, integer) AS {prepared}")
+        prepared = prepared.replace("after", "$2").replace("want", "$3")
+        await connection.execute(f"PREPARE history(uuid, bigint, integer) AS {prepared}")
         [explained] = json.loads(
             await connection.fetchval(
-                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE history('{session}', {limit})"
+                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE history('{session}', 0, {limit})"
             )
         )
     finally:

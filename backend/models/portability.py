@@ -151,6 +151,12 @@ class ExportSession(_Part):
     created_at: Instant | None = None
     updated_at: Instant | None = None
     usage: SessionUsage | None = None
+    digest: Annotated[Text, StringConstraints(max_length=20000)] | None = PydanticField(
+        default=None, description="What the session's older messages asked and did."
+    )
+    digest_through: uuid.UUID | None = PydanticField(
+        default=None, description="The last of its messages that the digest holds."
+    )
     messages: list[ExportMessage] = PydanticField(default_factory=list)
     approvals: list[ExportApproval] = PydanticField(default_factory=list)
     changes: list[dict[str, Any]] = PydanticField(
@@ -162,6 +168,10 @@ class ExportSession(_Part):
     @model_validator(mode="after")
     def _approvals_of_its_messages(self) -> "ExportSession":
         messages = {message.id for message in self.messages}
+        if self.digest_through is not None and self.digest_through not in messages:
+            raise ValueError(
+                f"digest_through {self.digest_through} is not one of the session's messages"
+            )
         for approval in self.approvals:
             if approval.message_id not in messages:
                 raise ValueError(

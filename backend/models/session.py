@@ -81,6 +81,12 @@ class AgentSession(SQLModel, table=True):
     completion_tokens: int = _token_column()
     total_tokens: int = _token_column()
     cached_tokens: int = _token_column()
+    # The session's older messages, folded into a short account (services/digest/), and
+    # the last message folded into it (0: none); the model gets the messages after it.
+    digest: str | None = Field(default=None, sa_type=Text)
+    digest_seq: int = Field(
+        default=0, sa_column=Column(BigInteger, nullable=False, server_default=text("0"))
+    )
 
 
 class AgentMessage(SQLModel, table=True):
@@ -129,6 +135,15 @@ class SessionPublic(SQLModel):
     created_at: datetime
     updated_at: datetime
     usage: Usage
+
+
+class SessionDetail(SessionPublic):
+    """One session read alone: also its digest."""
+
+    digest: str | None = PydanticField(
+        description="What the session's older messages asked and did, folded into a short "
+        "account once the session holds more than AGENT_HISTORY_MESSAGES messages.",
+    )
 
 
 class SessionsPublic(SQLModel):

@@ -8,7 +8,13 @@ from fastapi import APIRouter, Query, Response, status
 from backend.deps import CurrentUser, DbSession
 from backend.models.change import UndoResult
 from backend.models.errors import API_ERRORS, error_responses
-from backend.models.session import MessagesPublic, SessionPublic, SessionsPublic, SessionUpdate
+from backend.models.session import (
+    MessagesPublic,
+    SessionDetail,
+    SessionPublic,
+    SessionsPublic,
+    SessionUpdate,
+)
 from backend.models.ui import UIMessagePublic
 from backend.services import sessions, ui_stream, undo
 
@@ -28,10 +34,10 @@ async def list_sessions(
 
 
 @router.get("/{session_id}", operation_id="getSession")
-async def get_session(user: CurrentUser, db: DbSession, session_id: uuid.UUID) -> SessionPublic:
-    """One session, with its token usage."""
+async def get_session(user: CurrentUser, db: DbSession, session_id: uuid.UUID) -> SessionDetail:
+    """One session, with its token usage and the digest of its older messages."""
     session = await sessions.get_session(db=db, owner=user.user_id, session_id=session_id)
-    return sessions.to_public(session)
+    return sessions.to_detail(session)
 
 
 @router.get(

@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -48,7 +48,7 @@ from backend.logs import log_turn
 from backend.models.approval import ApprovalAnswer, PendingApproval
 from backend.models.chat import ChatRequest, ChatResponse, ToolCallPublic, ToolResultPublic
 from backend.models.session import Usage
-from backend.services import approvals, idempotency, turns, undo
+from backend.services import approvals, digest, idempotency, turns, undo
 from backend.services.embeddings import Embeddings
 from backend.services.idempotency import Replay
 from backend.services.memory import guard as memory_guard
@@ -140,6 +140,8 @@ class Turn:
     resumed: bool = False
     # Stopped here by a draining replica, its lease ended for another replica to take.
     handed_over: bool = False
+    # Older messages this turn folded into the session's digest, written with its reply.
+    fold: digest.Fold | None = None
 
     def send(self, event: str, data: dict[str, Any]) -> None:
         if self.feed is not None:
@@ -213,6 +215,15 @@ class OpenAIAgentService:
         left = left_to_answer(resumed)
         if resumed is None or left is None:
             return None
+        stored = resumed.stored
+        window = digest.plan(
+            left.rows,
+            seqs=[m["seq"] for m in stored],
+            sent=[turns.sent_at(m) for m in stored],
+            digest=resumed.digest,
+            folded=resumed.folded,
+            limit=self._settings.agent_history_messages,
+        )
         tz = ZoneInfo(resumed.timezone)
         budget = self._settings.agent_daily_token_budget
         over_budget = bool(budget) and resumed.tokens_today >= budget
@@ -233,7 +244,7 @@ class OpenAIAgentService:
             assistant_message_id=left.reply_id,
             messages=[
                 *prompt_messages(resumed.name, tz, resumed.instructions, memories=resumed.memories),
-                *to_model_messages(left.rows),
+                *history_messages(window, tz),
             ],
             model=self._settings.model_for(resumed.model),
             use_model=self._caller is not None and not over_budget,
@@ -243,7 +254,8 @@ class OpenAIAgentService:
             calls=left.calls,
             results=left.results,
             earlier_results=left.earlier_results,
-            history=left.rows,
+            history=window.rows,
+            fold=window.fold,
             memories=resumed.memories,
             confirm=resumed.confirm or self._settings.agent_confirm_default,
             pending=left.pending,
@@ -381,6 +393,14 @@ class OpenAIAgentService:
         budget = self._settings.agent_daily_token_budget
         over_budget = bool(budget) and opened.tokens_today >= budget
         assistant_message_id = uuid.uuid4()
+        window = digest.plan(
+            opened.history if opened.user_message_id else _continued(opened.history),
+            seqs=opened.seqs,
+            sent=opened.sent,
+            digest=opened.digest,
+            folded=opened.folded,
+            limit=self._settings.agent_history_messages,
+        )
         return Turn(
             id=opened.turn_id,
             owner=identity.user_id,
@@ -399,9 +419,7 @@ class OpenAIAgentService:
             assistant_message_id=assistant_message_id,
             messages=[
                 *prompt_messages(opened.name, tz, opened.instructions, memories=opened.memories),
-                *to_model_messages(
-                    opened.history if opened.user_message_id else _continued(opened.history)
-                ),
+                *history_messages(window, tz),
             ],
             model=self._settings.model_for(opened.model),
             use_model=self._caller is not None and not over_budget,
@@ -410,7 +428,8 @@ class OpenAIAgentService:
             ),
             idempotency_key=key,
             earlier_results=opened.earlier_results,
-            history=opened.history,
+            history=opened.history[len(opened.history) - len(window.rows) :],
+            fold=window.fold,
             memories=opened.memories,
             confirm=opened.confirm or self._settings.agent_confirm_default,
             held=opened.held,
@@ -479,20 +498,12 @@ class OpenAIAgentService:
                 return await self._answer_with_stub(turn)
             if not reply.tool_calls:
                 return reply.content or self._summary(turn, unreachable=False), False
-            turn.messages.append(
-                {
-                    "role": "assistant",
-                    "content": reply.content or None,
-                    "tool_calls": [
-                        {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
-                        for i, n, a in reply.tool_calls
-                    ],
-                }
-            )
             for call_id, name, arguments in reply.tool_calls:
                 result = await self._call_tool(turn, call_id, name, arguments)
-                turn.messages.append(
-                    {"role": "tool", "tool_call_id": call_id, "content": _json(result)}
+                # As stored, and so as every later turn sends it again (its words beside
+                # the calls are not stored: they are not sent either).
+                turn.messages += digest.tool_call_messages(
+                    call_id, name, _arguments(arguments), result
                 )
             if turn.pending:  # the rest waits for the person's answer
                 question = approvals.question([held.summary for held in turn.pending])
@@ -738,6 +749,7 @@ async def _store_reply(
         content=text,
         using_stub=using_stub,
         usage=turn.usage,
+        fold=turn.fold,
     )
     # Built from values already of their types: no second validation pass.
     return ChatResponse.model_construct(
@@ -755,8 +767,9 @@ async def _store_reply(
 
 
 # The service's own rules: the same bytes for every user and turn, so that after the tool
-# definitions this too is a prefix the provider can cache. Whatever differs per user or turn
-# comes after it, in `user_context`.
+# definitions this too is a prefix the provider can cache. Whatever differs per user comes
+# after it, in `user_context`; what differs per turn (the time) goes with the turn's own
+# message (services/digest/prompt.py), so that a session's requests only grow at their end.
 SYSTEM_PROMPT = (
     "You are Todo Agent: you manage the user's todos with the tools given. Never say you "
     "did something you did not do with a tool.\n"
@@ -768,7 +781,8 @@ SYSTEM_PROMPT = (
     "add_todo(title, steps). A step has no steps; add one to a task with parent. Completing "
     "the last step does not complete the task, nor the reverse: say so when a result notes "
     "it.\n"
-    "Read dates like 'tomorrow at 5' in the user's timezone (below); pass ISO 8601. For a "
+    "Read dates like 'tomorrow at 5' from the time each user message starts with (theirs); "
+    "pass ISO 8601. For a "
     "repeating task pass repeat with the user's phrase; for 'remind me 30 minutes before', "
     "remind_at that long before the due time. When complete_todo returns next_todo, say "
     "when the next one is due.\n"
@@ -791,24 +805,12 @@ SYSTEM_PROMPT = (
 )
 
 
-def user_context(
-    name: str | None, tz: ZoneInfo, instructions: str | None, now: datetime | None = None
-) -> str:
-    """Who the user is and when it is for them, with their own preferences, quoted."""
-    local = (now or datetime.now(UTC)).astimezone(tz)
-    return _user_context(name, tz, instructions, local.replace(second=0, microsecond=0))
-
-
 @functools.lru_cache(maxsize=1024)
-def _user_context(
-    name: str | None, tz: ZoneInfo, instructions: str | None, minute: datetime
-) -> str:
-    """The same for a minute: formatted once, then reused by the user's turns in it."""
+def user_context(name: str | None, tz: ZoneInfo, instructions: str | None) -> str:
+    """Who the user is and where, with their own preferences, quoted: the same every turn
+    until they change their settings (the time goes with each message instead)."""
     user = json.dumps(name, ensure_ascii=False) if name else "the user"
-    context = (
-        f"You are talking to {user}. The current date and time for them is "
-        f"{minute:%A %Y-%m-%d %H:%M} ({tz.key})."
-    )
+    context = f"You are talking to {user}, whose timezone is {tz.key}."
     if instructions:
         # Quoted as a JSON string: their words cannot pose as the service's own text.
         context += (
@@ -822,7 +824,6 @@ def prompt_messages(
     name: str | None,
     tz: ZoneInfo,
     instructions: str | None,
-    now: datetime | None = None,
     *,
     memories: Sequence[Mapping[str, Any]] = (),
 ) -> list[ChatCompletionMessageParam]:
@@ -831,44 +832,39 @@ def prompt_messages(
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
         *memory_prompt.memory_messages(memories),
-        {"role": "system", "content": user_context(name, tz, instructions, now)},
+        {"role": "system", "content": user_context(name, tz, instructions)},
     ]
 
 
-def to_model_messages(rows: list[turns.HistoryRow]) -> list[ChatCompletionMessageParam]:
-    """Stored messages as the model expects them. A turn's tool calls and their results
-    live in one row, so a call can never be separated from its result."""
+def history_messages(window: digest.Window, tz: ZoneInfo) -> list[ChatCompletionMessageParam]:
+    """The session after the prompt: its digest, then its recent messages."""
+    head = [digest.digest_message(window.digest)] if window.digest else []
+    return [*head, *to_model_messages(window.rows, sent=window.sent, tz=tz)]
+
+
+def to_model_messages(
+    rows: Sequence[turns.HistoryRow],
+    *,
+    sent: Sequence[datetime | None] = (),
+    tz: ZoneInfo | None = None,
+) -> list[ChatCompletionMessageParam]:
+    """Stored messages as the model expects them, the same bytes each time: a person's
+    message with the time it was sent (`sent`, beside each row, in `tz`), each tool call
+    followed by its result (a turn's calls and results live in one row, so a call can
+    never be separated from its result)."""
     messages: list[ChatCompletionMessageParam] = []
-    for role, content, tool_calls, tool_results in rows:
+    for index, (role, content, tool_calls, tool_results) in enumerate(rows):
         if role == "user":
-            messages.append({"role": "user", "content": content or ""})
+            at = sent[index] if index < len(sent) else None
+            note = digest.clock_note(at, tz) if at is not None and tz is not None else ""
+            messages.append({"role": "user", "content": note + (content or "")})
             continue
-        if tool_calls:
-            results = {r["tool_call_id"]: r["result"] for r in tool_results or ()}
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [
-                        {
-                            "id": call["id"],
-                            "type": "function",
-                            "function": {
-                                "name": call["name"],
-                                "arguments": _json(call["arguments"])
-                                if isinstance(call["arguments"], dict)
-                                else str(call["arguments"]),
-                            },
-                        }
-                        for call in tool_calls
-                    ],
-                }
+        results = {r["tool_call_id"]: r["result"] for r in tool_results or ()}
+        for call in tool_calls or ():
+            result = results.get(call["id"], error("This call was interrupted."))
+            messages += digest.tool_call_messages(
+                call["id"], call["name"], call["arguments"], result
             )
-            for call in tool_calls:
-                result = results.get(call["id"], error("This call was interrupted."))
-                messages.append(
-                    {"role": "tool", "tool_call_id": call["id"], "content": _json(result)}
-                )
         if content is not None:
             messages.append({"role": "assistant", "content": content})
     return messages
@@ -918,11 +914,7 @@ def _replace_result(messages: list[ChatCompletionMessageParam], call_id: str, re
     """The model's copy of a held call's result, now that it is answered."""
     for message in messages:
         if message["role"] == "tool" and message["tool_call_id"] == call_id:
-            message["content"] = _json(result)
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+            message["content"] = digest.stable_json(result)
 
 
 def _chunks(text: str, size: int = 24) -> list[str]:

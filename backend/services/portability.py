@@ -4,20 +4,21 @@ written as a stream, and read back into an account as new rows.
 **Export** is about the user: their settings (never the calendar secret nor its hash), the
 lists they own with every task in them (whoever made it; steps under their parent, the
 trash included), the lists others share with them as a name and a role only (those tasks
-are the owner's), and every session with each message, tool call and result, held call
-and undo record, and the memories. Nothing names another person: no member lists, no `created_by` or
-`assignee_id`. It runs in one read-only snapshot (`Database.snapshot`), each part read
-through a server-side cursor, each row turned into JSON by PostgreSQL and passed on as
-text, in chunks of CHUNK bytes: what the process holds at any moment is a chunk and a
-cursor's batch, whatever the size of the account.
+are the owner's), every session with each message, tool call and result, held call, undo
+record and its digest (with the last message it holds), and the memories. Nothing names
+another person: no member lists, no `created_by` or `assignee_id`. It runs in one read-only
+snapshot (`Database.snapshot`), each part read through a server-side cursor, each row
+turned into JSON by PostgreSQL and passed on as text, in chunks of CHUNK bytes: what the
+process holds at any moment is a chunk and a cursor's batch, whatever the size of the
+account.
 
 **Import** adds what a document holds as new rows in the caller's one transaction: its own
 lists (the Inbox's tasks go to the account's Inbox; a name the account has already gets a
 number), tasks in the document's order (so new numbers follow it), steps under their new
 parents, the trash as trash, repetition and reminders as they were (a reminder whose time
-passed before the import is marked fired: it does not fire late), sessions with their
-messages and held calls (a held call still waiting is imported as expired: it can no
-longer run), and the memories. Settings the account has not chosen are taken from the
+passed before the import is marked fired: it does not fire late), and sessions with their
+messages, held calls and digest (a held call still waiting is imported as expired: it can
+no longer run), and the memories. Settings the account has not chosen are taken from the
 document. Anything the database refuses refuses the whole document (InvalidImport, 422)."""
 
 import copy
@@ -124,7 +125,10 @@ _SESSIONS = text(
         'id', id, 'title', title, 'chat_id', chat_id, 'created_at', created_at,
         'updated_at', updated_at, 'usage', json_build_object(
             'prompt_tokens', prompt_tokens, 'completion_tokens', completion_tokens,
-            'total_tokens', total_tokens, 'cached_tokens', cached_tokens))::text
+            'total_tokens', total_tokens, 'cached_tokens', cached_tokens),
+        'digest', digest, 'digest_through', (
+            SELECT m.id FROM agent_messages m
+            WHERE m.session_id = agent_sessions.id AND m.seq = agent_sessions.digest_seq))::text
     FROM agent_sessions
     WHERE user_id = :me AND (updated_at, id) > (:after_at, :after_id)
     ORDER BY updated_at, id LIMIT :limit
@@ -168,6 +172,13 @@ _CHANGES = text(
         'after', after, 'created_at', created_at, 'undone_at', undone_at)::text
     FROM task_changes WHERE session_id = :session ORDER BY id
     """
+)
+
+
+# An imported digest holds the messages up to the one it named: they are not sent again.
+_FOLDED_THROUGH = text(
+    "UPDATE agent_sessions SET digest_seq = (SELECT seq FROM agent_messages WHERE id = :message)"
+    " WHERE id = :session"
 )
 
 
@@ -480,6 +491,7 @@ async def _import_sessions(db: AsyncSession, *, user: str, sessions: list[Export
     session_rows: list[dict[str, Any]] = []
     message_rows: list[dict[str, Any]] = []
     approval_rows: list[dict[str, Any]] = []
+    folds: list[dict[str, Any]] = []  # a digest's last message, once it has its new seq
     for session in sessions:
         session_id = uuid.uuid4()
         chat_id = session.chat_id if session.chat_id not in chat_ids else None
@@ -498,10 +510,13 @@ async def _import_sessions(db: AsyncSession, *, user: str, sessions: list[Export
                 "completion_tokens": usage.completion_tokens if usage else 0,
                 "total_tokens": usage.total_tokens if usage else 0,
                 "cached_tokens": usage.cached_tokens if usage else 0,
+                "digest": session.digest,
             }
         )
         approval_ids = {approval.id: approvals.new_id() for approval in session.approvals}
         message_ids = {message.id: uuid.uuid4() for message in session.messages}
+        if session.digest_through is not None:
+            folds.append({"session": session_id, "message": message_ids[session.digest_through]})
         for message in session.messages:
             tokens = message.usage
             message_rows.append(
@@ -545,6 +560,8 @@ async def _import_sessions(db: AsyncSession, *, user: str, sessions: list[Export
                         (Approval, approval_rows)):  # fmt: skip
         if rows:
             await connection.execute(insert(table), rows)
+    if folds:
+        await connection.execute(_FOLDED_THROUGH, folds)
     return len(message_rows)
 
 

@@ -12,6 +12,7 @@ from backend.models.session import (
     AgentSession,
     MessagePublic,
     MessagesPublic,
+    SessionDetail,
     SessionPublic,
     SessionsPublic,
     Usage,
@@ -32,6 +33,10 @@ def to_public(session: AgentSession) -> SessionPublic:
             cached_tokens=session.cached_tokens,
         ),
     )
+
+
+def to_detail(session: AgentSession) -> SessionDetail:
+    return SessionDetail(**to_public(session).model_dump(), digest=session.digest)
 
 
 async def list_sessions(

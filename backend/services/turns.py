@@ -23,7 +23,7 @@ transaction (with an Idempotency-Key) they run on its Core connection.
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import JSON, BigInteger, String, bindparam, column, text
 from sqlalchemy.dialects.postgresql import JSONB
@@ -32,6 +32,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from backend.db import RawConnection, Statement, first_row
 from backend.errors import SessionNotFound, TurnTakenOver
 from backend.models.session import Usage
+
+if TYPE_CHECKING:
+    from backend.services.digest import Fold
 
 TITLE_CHARS = 60
 # (role, content, tool_calls, tool_results)
@@ -50,6 +53,12 @@ class Opening:
     message: str = ""
     earlier_results: list[dict[str, Any]] = field(default_factory=list)
     history: list[HistoryRow] = field(default_factory=list)
+    # Beside each history row: its seq (None: the message this turn adds) and when it was
+    # sent; the session's digest, and the last message folded into it.
+    seqs: list[int | None] = field(default_factory=list)
+    sent: list[datetime | None] = field(default_factory=list)
+    digest: str | None = None
+    folded: int = 0
     name: str | None = None
     timezone: str = "UTC"
     instructions: str | None = None
@@ -79,8 +88,10 @@ class Opening:
 #  lease:    if allowed, take the session (or create it) for this turn; the lease lives in
 #            the session row and expires, so a process that dies mid-turn cannot wedge it.
 #  admitted: if the session was taken, count the turn, remember the user's timezone, read
-#            the history (`todo_history`), store the user message, read the held calls
-#            and the person's memories (`todo_memories`, migration 0019).
+#            the history (`todo_history`: the messages after the session's fold position,
+#            migration 0020), store the user message, read the held calls
+#            and the person's memories (`todo_memories`, migration 0019). The session's
+#            digest and fold position come from the row the lease is taken on.
 # The history is the latest messages before this one, newest first, walked back a message
 # at a time: the `max(seq)` below the last one, then that row, each a probe of the
 # (session_id, seq) index, so its cost does not grow with the session. (Not `ORDER BY seq
@@ -161,13 +172,14 @@ _RESUME = text(
     SELECT COALESCE(u.display_name, u.name) AS name, u.timezone, u.instructions, u.model,
            u.confirm,
            CASE WHEN u.tokens_day = CURRENT_DATE THEN u.tokens_used ELSE 0 END AS tokens_today,
-           todo_history(:session, :want) AS history, todo_memories(:owner, :memory) AS memories,
+           todo_history(:session, s.digest_seq, :want) AS history, s.digest, s.digest_seq,
+           todo_memories(:owner, :memory) AS memories,
            (SELECT json_agg(a ORDER BY a.created_at) FROM (
                 SELECT p.id, p.message_id, p.tool_call_id, p.name, p.arguments, p.summary,
                        p.created_at, p.expires_at <= now() AS expired
                 FROM approvals p WHERE p.session_id = :session AND p.state = 'pending'
            ) AS a) AS held
-    FROM users u WHERE u.id = :owner
+    FROM users u JOIN agent_sessions s ON s.id = :session WHERE u.id = :owner
     """
 ).columns(
     column("name", String),
@@ -177,6 +189,8 @@ _RESUME = text(
     column("confirm", String),
     column("tokens_today", BigInteger),
     column("history", JSON),
+    column("digest", String),
+    column("digest_seq", BigInteger),
     column("held", JSON),
     column("memories", JSON),
 )
@@ -200,7 +214,8 @@ _HAND_OVER = text(
 _FINISH = Statement(
     text(
         "SELECT created_at, taken_over FROM todo_finish_turn(:owner, :session, :message,"
-        " :turn, :answers, :content, :stub, :prompt, :completion, :total, :cached)"
+        " :turn, :answers, :content, :stub, :prompt, :completion, :total, :cached, :digest,"
+        " :folded, :fold_from)"
     )
 )
 
@@ -296,8 +311,9 @@ async def open_turn(
     memory_chars: int = 0,
 ) -> Opening:
     """Start a turn: admit it, take (or create) the session, store the user message and
-    read the `history` latest messages ending with it, oldest first, and the session's held
-    calls. One statement.
+    read the messages after the session's fold position ending with it (up to twice
+    `history`: a turn folds what is past `history`, see services/digest/), oldest first,
+    the session's digest and its held calls. One statement.
 
     The session is `session_id`, else the one bound to `chat_id` (created on first use),
     else a new one. `regenerate` answers the stored last user message again, and the
@@ -324,7 +340,7 @@ async def open_turn(
         "content": message,
         "title": title_from(message or ""),
         "adds": adds,
-        "limit": history - 1 if adds else history,
+        "limit": 2 * history,
         "memory": memory_chars,
     }
     row = await first_row(db, _OPEN_TURN, params)
@@ -341,6 +357,8 @@ async def open_turn(
     earlier: list[HistoryRow] = [
         (m["role"], m["content"], m["tool_calls"], m["tool_results"]) for m in stored
     ]
+    seqs: list[int | None] = [m["seq"] for m in stored]
+    sent = [sent_at(m) for m in stored]
     earlier_results: list[dict[str, Any]] = []
     user_message_id: uuid.UUID | None = message_id
     if regenerate:
@@ -355,6 +373,7 @@ async def open_turn(
         user_message_id, history_rows = None, earlier
     else:
         history_rows = [*earlier, ("user", message, None, None)]
+        seqs, sent = [*seqs, None], [*sent, row["sent_at"]]
     return Opening(
         started=True,
         turn_id=turn_id,
@@ -363,6 +382,10 @@ async def open_turn(
         message=message or "",
         earlier_results=earlier_results,
         history=history_rows,
+        seqs=seqs,
+        sent=sent,
+        digest=row["digest"],
+        folded=row["folded"] or 0,
         name=row["name"],
         timezone=row["timezone"],
         instructions=row["instructions"],
@@ -372,6 +395,12 @@ async def open_turn(
         memories=row["memories"] or [],
         tokens_today=row["tokens_today"],
     )
+
+
+def sent_at(stored: dict[str, Any]) -> datetime | None:
+    """When a message read by `todo_history` was sent: a person's message carries it."""
+    at = stored.get("created_at")
+    return datetime.fromisoformat(at) if stored["role"] == "user" and at else None
 
 
 class SessionTurn(NamedTuple):
@@ -463,9 +492,12 @@ async def finish(
     content: str,
     using_stub: bool,
     usage: Usage,
+    fold: "Fold | None" = None,
 ) -> datetime:
-    """Store the reply and close the turn; returns the reply's time. Raises TurnTakenOver
-    when the turn no longer holds the session (another replica finishes it)."""
+    """Store the reply and close the turn, and write the fold the turn made (if the
+    session's fold position is still the one it started from); returns the reply's time.
+    Raises TurnTakenOver when the turn no longer holds the session (another replica
+    finishes it)."""
     row = await first_row(
         db,
         _FINISH,
@@ -481,6 +513,9 @@ async def finish(
             "completion": usage.completion_tokens,
             "total": usage.total_tokens,
             "cached": usage.cached_tokens,
+            "digest": fold.digest if fold else None,
+            "folded": fold.through if fold else None,
+            "fold_from": fold.since if fold else None,
         },
     )
     if row is None:
@@ -537,14 +572,22 @@ class Resumption:
     stored: list[dict[str, Any]]
     held: list[dict[str, Any]]
     memories: list[dict[str, Any]]
+    digest: str | None = None
+    folded: int = 0
 
 
 async def resume(
     db: AsyncConnection, *, owner: str, session_id: uuid.UUID, history: int, memory_chars: int = 0
 ) -> Resumption | None:
-    """Read what a taken-over turn needs, as the session's user; None: no such user."""
-    params = {"owner": owner, "session": session_id, "want": history, "memory": memory_chars}
-    row = (await db.execute(_RESUME, params)).first()
+    """Read what a taken-over turn needs, as the session's user (the messages after the
+    session's fold position, up to twice `history`, as `open_turn` reads them); None: no
+    such user."""
+    row = (
+        await db.execute(
+            _RESUME,
+            {"owner": owner, "session": session_id, "want": 2 * history, "memory": memory_chars},
+        )
+    ).first()
     if row is None:
         return None
     return Resumption(
@@ -557,6 +600,8 @@ async def resume(
         stored=row.history or [],
         held=row.held or [],
         memories=row.memories or [],
+        digest=row.digest,
+        folded=row.digest_seq,
     )
 
 

@@ -196,7 +196,7 @@ export interface paths {
         };
         /**
          * Get Session
-         * @description One session, with its token usage.
+         * @description One session, with its token usage and the digest of its older messages.
          */
         get: operations["getSession"];
         put?: never;
@@ -1355,6 +1355,16 @@ export interface components {
             /** Updated At */
             updated_at?: string | null;
             usage?: components["schemas"]["SessionUsage"] | null;
+            /**
+             * Digest
+             * @description What the session's older messages asked and did.
+             */
+            digest?: string | null;
+            /**
+             * Digest Through
+             * @description The last of its messages that the digest holds.
+             */
+            digest_through?: string | null;
             /** Messages */
             messages?: components["schemas"]["ExportMessage"][];
             /** Approvals */
@@ -1899,6 +1909,35 @@ export interface components {
             database: boolean;
             /** Migrations */
             migrations: string;
+        };
+        /**
+         * SessionDetail
+         * @description One session read alone: also its digest.
+         */
+        SessionDetail: {
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /** Title */
+            title: string;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+            usage: components["schemas"]["Usage"];
+            /**
+             * Digest
+             * @description What the session's older messages asked and did, folded into a short account once the session holds more than AGENT_HISTORY_MESSAGES messages.
+             */
+            digest: string | null;
         };
         /** SessionPublic */
         SessionPublic: {
@@ -3368,7 +3407,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["SessionPublic"];
+                    "application/json": components["schemas"]["SessionDetail"];
                 };
             };
             /** @description The request body could not be read (for example, not UTF-8). */

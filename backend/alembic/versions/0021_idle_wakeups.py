@@ -1,7 +1,7 @@
 """the database says when there is work: reminders and leases NOTIFY their times
 
 Revision ID: 0021
-Revises: 0019
+Revises: 0020
 
 An idle replica asked PostgreSQL about 9 statements a second (a reminder clock and a turn
 sweeper polling every second, among others). Now each loop sleeps until the next time it
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "0021"
-down_revision: str | None = "0019"
+down_revision: str | None = "0020"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

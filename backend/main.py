@@ -29,6 +29,7 @@ from backend.routers import (
     lists,
     mcp,
     metrics,
+    notifications,
     sessions,
     tasks,
     trash,
@@ -151,6 +152,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         user_settings,
         account,
         hooks,
+        notifications,
     ):
         # The routes are complete (prefix, tags, documented errors) once declared; adding
         # them directly spares every request FastAPI's lazy re-resolution of included

@@ -8,6 +8,12 @@ from backend.models.idempotency import IdempotencyKey
 from backend.models.identity import IdentityWebhookMessage
 from backend.models.list import ListInvitation, ListMember, TaskNumber, TodoList
 from backend.models.mcp import McpRequestState
+from backend.models.notify import (
+    NotificationSettings,
+    NotifyDelivery,
+    NotifyDigest,
+    PushSubscription,
+)
 from backend.models.session import AgentMessage, AgentSession
 from backend.models.task import Task
 from backend.models.user import User
@@ -23,7 +29,11 @@ __all__ = [
     "ListInvitation",
     "ListMember",
     "McpRequestState",
+    "NotificationSettings",
+    "NotifyDelivery",
+    "NotifyDigest",
     "Passage",
+    "PushSubscription",
     "Task",
     "TaskChange",
     "TaskNumber",

@@ -161,8 +161,10 @@ async def unsubscribe(*, database: Database, signer: ActionSigner, token: str) -
             update(NotificationSettings)
             .where(col(NotificationSettings.user_id) == claims.user)
             .values(
-                {column: func.array_remove(getattr(NotificationSettings, column), "email")},
-                updated_at=func.now(),
+                {
+                    column: func.array_remove(getattr(NotificationSettings, column), "email"),
+                    "updated_at": func.now(),
+                }
             )
         )
     return claims.kind

@@ -15,6 +15,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import select
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -72,10 +74,23 @@ class BrowserSubscription:
         return decoded
 
 
+def _peer_gone(connection: socket.socket) -> bool:
+    """Whether the client closed its end (its process was killed)."""
+    try:
+        ready, _, _ = select.select([connection], [], [], 0)
+        return bool(ready) and connection.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
 class FakePushService:
     def __init__(self) -> None:
         self.received: list[Received] = []
         self.refused: list[str] = []  # why a request's VAPID token was refused
+        # Slow answers (`delay`): how many are being waited for now, and those whose sender
+        # went away before the answer (not accepted, so not in `received`).
+        self.waiting = 0
+        self.dropped: list[Received] = []
         self._answers: dict[str, list[tuple[int, dict[str, str], float]]] = {}
         self._lock = threading.Lock()
         service = self
@@ -89,10 +104,21 @@ class FakePushService:
                 status, headers, delay = service._next_answer(self.path)
                 headers_in = {name.lower(): value for name, value in self.headers.items()}
                 claims, key = service._vapid(headers_in, self.path)
-                with service._lock:
-                    service.received.append(Received(self.path, headers_in, body, claims, key))
+                received = Received(self.path, headers_in, body, claims, key)
                 if delay:
+                    with service._lock:
+                        service.waiting += 1
                     time.sleep(delay)
+                    with service._lock:
+                        service.waiting -= 1
+                    if _peer_gone(self.connection):
+                        # The sender died waiting: the message was never accepted.
+                        with service._lock:
+                            service.dropped.append(received)
+                        self.close_connection = True
+                        return
+                with service._lock:
+                    service.received.append(received)
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)
@@ -120,6 +146,7 @@ class FakePushService:
         with self._lock:
             self.received.clear()
             self.refused.clear()
+            self.dropped.clear()
             self._answers.clear()
 
     def answer(

@@ -63,7 +63,9 @@ class NotifyDispatcher(BackgroundWorker):
         self._signer = signer
         self._schedule = settings.webhook_retry_schedule_s
         self._timeout_s = settings.webhook_timeout_s
-        self._lease_s = settings.webhook_timeout_s + 20
+        # The whole send (resolving included) is bounded by the timeout; a little more for
+        # settling it.
+        self._lease_s = settings.webhook_timeout_s + 5
         self._ttl_h = settings.notify_action_ttl_h
         self._base_url = settings.public_base_url or "http://localhost:8000"
         self._mail_from = settings.mail_from or "todo-agent@localhost"

@@ -115,6 +115,12 @@ EXPECTED: dict[str, list[str | tuple[str, int]]] = {
         '"title":"Packing"',
         '"heading":"Moving \u203a Week before"',
     ],
+    "docs/notifications.md": [
+        '"reminders":["push"]',
+        '"quiet_hours":{"start":"22:00"',
+        '"queued":0',
+        '"public_key":"',
+    ],
     "docs/operations.md": ['"status":"ok"', '"migrations":"at head"', 'route="/health"'],
     "docs/data.md": [
         'content-disposition: attachment; filename="todo-agent-export.json"',

@@ -26,7 +26,7 @@ from backend.models.notify import (
 )
 from backend.services.notify import actions, preferences
 from backend.services.notify.dispatcher import queue
-from backend.services.notify.errors import ActionTokenInvalid
+from backend.services.notify.errors import ActionTokenInvalid, ChannelNotConfigured
 
 router = APIRouter(tags=["notifications"])
 _API = "/api/{user_id}"
@@ -94,7 +94,7 @@ async def send_test(user: CurrentUser, db: DbSession) -> TestSent:
     f"{_API}/push/subscriptions",
     status_code=status.HTTP_201_CREATED,
     operation_id="createPushSubscription",
-    responses={**API_ERRORS, 200: {"model": PushSubscriptionPublic}},
+    responses={**API_ERRORS, **error_responses(409), 200: {"model": PushSubscriptionPublic}},
 )
 async def create_subscription(
     user: CurrentUser,
@@ -104,7 +104,9 @@ async def create_subscription(
     response: Response,
 ) -> PushSubscriptionPublic:
     """Keep this browser's push subscription (`PushSubscription.toJSON()`); the same
-    endpoint again is the same subscription (200)."""
+    endpoint again is the same subscription (200). 409 where Web Push is not configured."""
+    if context.notify.keys is None:
+        raise ChannelNotConfigured("Web Push is not configured on this service.")
     subscription, created = await preferences.subscribe(
         db=db, owner=user.user_id, data=data, guard=context.notify.guard
     )

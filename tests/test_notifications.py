@@ -18,6 +18,7 @@ from backend.settings import Settings
 from tests.conftest import auth, serving, token_for
 from tests.push_service import BrowserSubscription, FakePushService, b64url_decode
 from tests.servers import until
+from tests.test_observability import scrape
 
 USER = "alice"
 
@@ -504,3 +505,83 @@ async def test_a_test_notification_reaches_every_target(
     assert response.json() == {"queued": 1}
     [received] = await pushes_to(service, browser.endpoint)
     assert browser.decrypt(received.body)["type"] == "test"
+
+
+# -- what else a person meets: metrics, export, erasure ------------------------------------
+
+
+async def test_deliveries_are_counted_by_channel_and_outcome(
+    client: httpx.AsyncClient, service: FakePushService
+) -> None:
+    before = (await scrape(client)).value(
+        "todo_agent_notify_deliveries_total", channel="push", outcome="delivered"
+    )
+    browser, _ = await subscribe(client, service)
+    await client.post(f"/api/{USER}/notifications/test", headers=auth(USER))
+    await pushes_to(service, browser.endpoint)
+
+    async def counted() -> bool:
+        after = (await scrape(client)).value(
+            "todo_agent_notify_deliveries_total", channel="push", outcome="delivered"
+        )
+        return after == before + 1
+
+    await until(counted, timeout_s=5, message="the delivery was not counted")
+
+
+async def test_the_export_holds_the_settings_and_no_endpoint_or_url(
+    client: httpx.AsyncClient, service: FakePushService
+) -> None:
+    browser, _ = await subscribe(client, service)
+    await client.patch(
+        f"/api/{USER}/notifications",
+        headers=auth(USER),
+        json={
+            "ntfy": {"url": "http://127.0.0.1:9/secret-topic"},
+            "digest": {"at": "07:30"},
+            "quiet_hours": {"start": "22:00", "end": "07:00"},
+        },
+    )
+    response = await client.get(f"/api/{USER}/export", headers=auth(USER))
+    assert response.status_code == 200
+    notifications = response.json()["user"]["notifications"]
+    assert notifications["digest"]["at"] == "07:30"
+    assert notifications["quiet_hours"] == {"start": "22:00", "end": "07:00"}
+    assert notifications["reminders"] == ["push", "email", "ntfy"]
+    assert browser.endpoint not in response.text
+    assert "secret-topic" not in response.text
+
+
+async def test_erasure_removes_subscriptions_settings_deliveries_and_kills_the_tokens(
+    client: httpx.AsyncClient, service: FakePushService, engine: AsyncEngine
+) -> None:
+    _, tokens, browser = await actions_of(client, service)
+    await client.patch(
+        f"/api/{USER}/notifications",
+        headers=auth(USER),
+        json={"ntfy": {"url": "http://127.0.0.1:9/topic"}, "digest": {"at": "07:30"}},
+    )
+    async with engine.begin() as connection:  # one still waiting
+        await connection.execute(
+            text(
+                "INSERT INTO notify_deliveries (user_id, kind, channel, due_at)"
+                " VALUES (:u, 'test', 'ntfy', now() + interval '1 hour')"
+            ),
+            {"u": USER},
+        )
+    response = await client.delete(f"/api/{USER}", headers=auth(USER))
+    assert response.status_code == 204
+    async with engine.connect() as connection:
+        for table in (
+            "notification_settings",
+            "push_subscriptions",
+            "notify_deliveries",
+            "notify_digests",
+        ):
+            left = await connection.scalar(
+                text(f"SELECT count(*) FROM {table} WHERE user_id = :u"), {"u": USER}
+            )
+            assert left == 0, table
+    response = await client.post("/notifications/actions", json={"token": tokens["done"]})
+    assert response.status_code == 410
+    assert browser.endpoint  # the browser's subscription is gone with the account

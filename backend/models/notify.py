@@ -164,7 +164,8 @@ class EmailPublic(BaseModel):
 
 
 class EmailUpdate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # `verified` sent back from a GET is ignored: only a code or the token verifies.
+    model_config = ConfigDict(extra="ignore")
     address: EmailAddress
 
 
@@ -221,6 +222,9 @@ class NotificationsUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     email: EmailUpdate | None = None
     ntfy: NtfyUpdate | None = None
+    push: list[dict[str, Any]] | None = PydanticField(
+        default=None, description="Ignored (a GET sent back): see /push/subscriptions."
+    )
     reminders: list[Channel] | None = None
     digest: DigestUpdate | None = None
     quiet_hours: QuietHours | None = None

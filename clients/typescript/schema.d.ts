@@ -903,7 +903,7 @@ export interface paths {
         /**
          * Create Subscription
          * @description Keep this browser's push subscription (`PushSubscription.toJSON()`); the same
-         *     endpoint again is the same subscription (200).
+         *     endpoint again is the same subscription (200). 409 where Web Push is not configured.
          */
         post: operations["createPushSubscription"];
         delete?: never;
@@ -1801,6 +1801,13 @@ export interface components {
         NotificationsUpdate: {
             email?: components["schemas"]["EmailUpdate"] | null;
             ntfy?: components["schemas"]["NtfyUpdate"] | null;
+            /**
+             * Push
+             * @description Ignored (a GET sent back): see /push/subscriptions.
+             */
+            push?: {
+                [key: string]: unknown;
+            }[] | null;
             /** Reminders */
             reminders?: ("push" | "email" | "ntfy")[] | null;
             digest?: components["schemas"]["DigestUpdate"] | null;
@@ -8018,6 +8025,15 @@ export interface operations {
             };
             /** @description No such session or task for this user. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The session is busy, or a request with this Idempotency-Key runs. */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -206,7 +206,11 @@ def upgrade() -> None:
     op.execute(f"GRANT EXECUTE ON FUNCTION tasks_notify_deliveries() TO {APP}, {WORKER}")
     op.execute(
         "CREATE TRIGGER tasks_notify_deliveries AFTER UPDATE OF reminded_at ON tasks"
-        " FOR EACH ROW WHEN (NEW.reminded_at IS NOT NULL AND OLD.reminded_at IS NULL)"
+        " FOR EACH ROW WHEN (NEW.reminded_at IS NOT NULL AND OLD.reminded_at IS NULL"
+        # Firing sets reminded_at alone (as `reminder.due` reads it); an undo putting an
+        # old reminder back, with its time, is no firing.
+        " AND NEW.remind_at IS NOT DISTINCT FROM OLD.remind_at AND NOT NEW.completed"
+        " AND NEW.deleted_at IS NULL)"
         " EXECUTE FUNCTION tasks_notify_deliveries()"
     )
 

@@ -13,7 +13,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.services.notify.schedule import at_local, digest_day, next_digest_at, quiet_until
-from backend.settings import Settings
+from backend.services.notify.senders import SmtpConfig
+from backend.services.notify.service import Notifier
+from backend.settings import ConfigError, Settings
 from tests.conftest import auth, serving
 from tests.push_service import BrowserSubscription, FakePushService
 from tests.servers import until
@@ -177,3 +179,41 @@ async def test_nothing_is_sent_on_a_day_with_nothing_due(
     assert push_service.received == []
     async with engine.connect() as connection:
         assert await connection.scalar(text("SELECT count(*) FROM notify_deliveries")) == 0
+
+
+# -- SMTP_URL --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("smtp://127.0.0.1:2525", ("127.0.0.1", 2525, None, None, False, False)),
+        (
+            "smtp://me%40x.org:p%3Ass@mail.example?starttls=true",
+            ("mail.example", 587, "me@x.org", "p:ss", False, True),
+        ),
+        ("smtps://u:p@mail.example", ("mail.example", 465, "u", "p", True, False)),
+        ("smtp://relay", ("relay", 25, None, None, False, False)),
+    ],
+)
+def test_smtp_url_says_where_and_how_mail_goes(
+    url: str, expected: tuple[str, int, str | None, str | None, bool, bool]
+) -> None:
+    config = SmtpConfig.from_url(url)
+    assert (
+        config.host,
+        config.port,
+        config.username,
+        config.password,
+        config.use_tls,
+        config.start_tls,
+    ) == expected
+
+
+def test_a_bad_smtp_url_stops_the_start_with_its_reason(
+    make_settings: Callable[..., Settings],
+) -> None:
+    with pytest.raises(ConfigError, match="SMTP_URL"):
+        Notifier(make_settings(smtp_url="http://mail.example"), database=None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="VAPID_PRIVATE_KEY"):
+        Notifier(make_settings(vapid_private_key="not-a-key"), database=None)  # type: ignore[arg-type]

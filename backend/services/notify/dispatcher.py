@@ -39,8 +39,8 @@ CHANNEL = "todo_agent_notify"
 CONCURRENCY = 64
 DIGEST_BATCH = 50
 # The longest sleep: a NOTIFY sent while the listening connection was being replaced is
-# lost, so look now and then anyway (one statement per replica every few minutes).
-MAX_SLEEP_S = 300.0
+# lost, so look now and then anyway (three statements per replica a minute).
+MAX_SLEEP_S = 60.0
 
 
 class NotifyDispatcher(BackgroundWorker):

@@ -1,6 +1,8 @@
 """What the app holds for notifications: the key pair, the address guard, the senders and
 the delivery loop, built once from the settings."""
 
+import logging
+
 import httpx
 
 from backend.db import Database
@@ -11,11 +13,18 @@ from backend.services.notify.keys import PushKeys, load_push_keys
 from backend.services.notify.senders import Mailer, NtfySender, PushSender, SmtpConfig
 from backend.settings import ConfigError, Settings
 
+logger = logging.getLogger("todo_agent.notify")
+
 
 class Notifier:
     def __init__(self, settings: Settings, database: Database) -> None:
         self.settings = settings
         self.keys: PushKeys | None = load_push_keys(settings)
+        if self.keys is None:
+            logger.warning(
+                "VAPID_PRIVATE_KEY is not set: no Web Push, and no Done or Snooze buttons"
+                " (docs/notifications.md)"
+            )
         self.guard = AddressGuard(
             allowed_hosts=settings.notify_allowed_hosts, https_only=settings.is_production
         )

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from backend.services.notify.addresses import AddressGuard, AddressRefused
 from backend.services.notify.schedule import at_local, digest_day, next_digest_at, quiet_until
 from backend.services.notify.senders import SmtpConfig
 from backend.services.notify.service import Notifier
@@ -217,3 +218,16 @@ def test_a_bad_smtp_url_stops_the_start_with_its_reason(
         Notifier(make_settings(smtp_url="http://mail.example"), database=None)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="VAPID_PRIVATE_KEY"):
         Notifier(make_settings(vapid_private_key="not-a-key"), database=None)  # type: ignore[arg-type]
+
+
+# -- addresses in production -----------------------------------------------------------------
+
+
+async def test_production_takes_only_https_but_for_hosts_the_operator_allows() -> None:
+    guard = AddressGuard(allowed_hosts=["ntfy.lan"], https_only=True)
+    with pytest.raises(AddressRefused, match="https"):
+        await guard.check("http://ntfy.sh/topic")
+    assert guard.check_form("http://ntfy.lan/topic") == ("http", "ntfy.lan", 80)
+    assert guard.check_form("https://push.example:8443/x") == ("https", "push.example", 8443)
+    with pytest.raises(AddressRefused):
+        await guard.check("https://10.0.0.5/x")  # an IP literal on a private network

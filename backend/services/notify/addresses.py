@@ -46,10 +46,13 @@ class AddressGuard:
             port = parts.port
         except ValueError as error:
             raise AddressRefused("That URL cannot be read.") from error
-        schemes = ("https",) if self._https_only else ("https", "http")
+        host = (parts.hostname or "").lower()
+        # In production only https, but for a host the operator allows (a push or ntfy
+        # server on a private network may speak plain http).
+        https_only = self._https_only and host not in self._allowed
+        schemes = ("https",) if https_only else ("https", "http")
         if parts.scheme not in schemes:
             raise AddressRefused(f"Only {' or '.join(schemes)} URLs are accepted.")
-        host = (parts.hostname or "").lower()
         if not host or parts.username or parts.password:
             raise AddressRefused("That URL has no host, or carries a user name.")
         return parts.scheme, host, port or (443 if parts.scheme == "https" else 80)

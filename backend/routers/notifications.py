@@ -46,12 +46,12 @@ async def get_notifications(user: CurrentUser, db: DbSession) -> NotificationsPu
     responses={**API_ERRORS, **error_responses(409)},
 )
 async def update_notifications(
-    user: CurrentUser, db: DbSession, context: Context, data: NotificationsUpdate
+    user: CurrentUser, context: Context, data: NotificationsUpdate
 ) -> NotificationsPublic:
     """Change what is sent (partial). A new email address gets a code to confirm it; an
     ntfy URL that points at a private address is refused (422)."""
     return await preferences.update_notifications(
-        db=db,
+        database=context.database,
         identity=user,
         data=data,
         guard=context.notify.guard,
@@ -98,7 +98,6 @@ async def send_test(user: CurrentUser, db: DbSession) -> TestSent:
 )
 async def create_subscription(
     user: CurrentUser,
-    db: DbSession,
     context: Context,
     data: PushSubscriptionCreate,
     response: Response,
@@ -108,7 +107,7 @@ async def create_subscription(
     if context.notify.keys is None:
         raise ChannelNotConfigured("Web Push is not configured on this service.")
     subscription, created = await preferences.subscribe(
-        db=db, owner=user.user_id, data=data, guard=context.notify.guard
+        database=context.database, owner=user.user_id, data=data, guard=context.notify.guard
     )
     if not created:
         response.status_code = status.HTTP_200_OK

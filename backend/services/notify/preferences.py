@@ -102,21 +102,29 @@ def _public(row: NotificationSettings, push: list[PushSubscriptionPublic]) -> No
 
 async def update_notifications(
     *,
-    db: AsyncSession,
+    database: Database,
     identity: Identity,
     data: NotificationsUpdate,
     guard: AddressGuard,
     mail_configured: bool,
 ) -> NotificationsPublic:
     """Change what was sent. A new email address is unverified until the code mailed to it
-    comes back; an ntfy URL is checked (where it resolves to) before it is kept."""
+    comes back; an ntfy URL is checked (where it resolves to) before it is kept, with no
+    database connection held while it resolves."""
+    if data.ntfy is not None:
+        await guard.check(data.ntfy.url)
+    async with database.transaction(as_user=identity.user_id) as db:
+        return await _update(db=db, identity=identity, data=data, mail_configured=mail_configured)
+
+
+async def _update(
+    *, db: AsyncSession, identity: Identity, data: NotificationsUpdate, mail_configured: bool
+) -> NotificationsPublic:
     owner = identity.user_id
     row = await settings_row(db=db, identity=identity)
     sent = data.model_fields_set
     changes: dict[str, Any] = {}
     if "ntfy" in sent:
-        if data.ntfy is not None:
-            await guard.check(data.ntfy.url)
         changes["ntfy_url"] = data.ntfy.url if data.ntfy is not None else None
     if "reminders" in sent and data.reminders is not None:
         changes["reminder_channels"] = list(data.reminders)
@@ -240,11 +248,19 @@ async def verify_email(*, database: Database, identity: Identity, code: str) -> 
 
 
 async def subscribe(
-    *, db: AsyncSession, owner: str, data: PushSubscriptionCreate, guard: AddressGuard
+    *, database: Database, owner: str, data: PushSubscriptionCreate, guard: AddressGuard
 ) -> tuple[PushSubscriptionPublic, bool]:
-    """Keep the browser's subscription (checked first); the same endpoint again is the same
-    subscription, its keys refreshed. True when it is new."""
+    """Keep the browser's subscription (its endpoint checked first, with no database
+    connection held); the same endpoint again is the same subscription, its keys refreshed.
+    True when it is new."""
     await guard.check(data.endpoint)
+    async with database.transaction(as_user=owner) as db:
+        return await _subscribe(db=db, owner=owner, data=data)
+
+
+async def _subscribe(
+    *, db: AsyncSession, owner: str, data: PushSubscriptionCreate
+) -> tuple[PushSubscriptionPublic, bool]:
     expiration = (
         datetime.fromtimestamp(data.expirationTime / 1000, UTC)
         if data.expirationTime is not None and 0 < data.expirationTime < 1e15

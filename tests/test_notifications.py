@@ -8,6 +8,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
@@ -473,7 +474,12 @@ async def test_quiet_hours_hold_a_push_to_their_end_and_never_drop_it(
     client: httpx.AsyncClient, service: FakePushService, engine: AsyncEngine
 ) -> None:
     browser, _ = await subscribe(client, service)
-    now = datetime.now(UTC)
+    # The person's local time: half an hour off UTC's grid, so a mix-up would show.
+    await client.patch(
+        f"/api/{USER}/settings", headers=auth(USER), json={"timezone": "Asia/Kolkata"}
+    )
+    tz = ZoneInfo("Asia/Kolkata")
+    now = datetime.now(tz)
     start = (now - timedelta(minutes=5)).strftime("%H:%M")
     end = (now + timedelta(minutes=30)).strftime("%H:%M")
     response = await client.patch(
@@ -492,8 +498,8 @@ async def test_quiet_hours_hold_a_push_to_their_end_and_never_drop_it(
     assert service.to(browser.endpoint.removeprefix(service.url)) == []
     [delivery] = await deliveries(engine)
     assert delivery["attempts"] == 0
-    # The quiet hours' end (local time of the person: UTC here), to the minute.
-    assert delivery["due_at"].astimezone(UTC).strftime("%H:%M") == end
+    # The quiet hours' end, in the person's local time, to the minute.
+    assert delivery["due_at"].astimezone(tz).strftime("%H:%M") == end
 
 
 async def test_a_test_notification_reaches_every_target(

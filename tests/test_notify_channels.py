@@ -320,3 +320,17 @@ async def test_an_address_allowed_when_saved_is_checked_again_when_sent(
 
         await until(settled, timeout_s=10, message="the send was not refused")
     assert ntfy.received == []
+
+
+async def test_the_same_verified_address_again_mails_no_new_code(
+    client: httpx.AsyncClient, inbox: Inbox
+) -> None:
+    response = await client.patch(
+        f"/api/{USER}/notifications",
+        headers=verified(),
+        json={"email": {"address": "alice@example.com", "verified": True}},
+    )
+    assert response.status_code == 200
+    assert response.json()["email"] == {"address": "alice@example.com", "verified": True}
+    await asyncio.sleep(0.5)
+    assert inbox.to("alice@example.com") == []

@@ -245,6 +245,8 @@ async def test_a_malformed_subscription_is_a_422(client: httpx.AsyncClient) -> N
         {"endpoint": "http://127.0.0.1/x"},
         {"endpoint": "http://127.0.0.1/x", "keys": {"p256dh": "!!", "auth": "x"}},
         {"endpoint": "not a url at all", "keys": {"p256dh": "A" * 87, "auth": "A" * 22}},
+        {"endpoint": "http://127.0.0.1/x", "keys": {"p256dh": "A" * 43, "auth": "A" * 22}},
+        {"endpoint": "http://127.0.0.1/x", "keys": {"p256dh": "BA" + "A" * 85, "auth": "A" * 9}},
     ):
         response = await client.post(
             f"/api/{USER}/push/subscriptions", headers=auth(USER), json=body
@@ -389,7 +391,13 @@ async def test_a_forged_or_altered_token_is_401_and_changes_nothing(
     task, tokens, _ = await actions_of(client, service)
     body, _, mac = tokens["done"].partition(".")
     altered = body[:-2] + ("A" if body[-2] != "A" else "B") + body[-1] + "." + mac
-    for token in (altered, "x" * 40, body + "." + "A" * len(mac), tokens["done"] + "x"):
+    for token in (
+        altered,
+        "x" * 40,
+        body + "." + "A" * len(mac),
+        tokens["done"] + "x",
+        body + ".é" + mac[1:],
+    ):
         response = await client.post("/notifications/actions", json={"token": token})
         assert response.status_code == 401, token
     shown = await client.get(f"/api/{USER}/tasks/{task['id']}", headers=auth(USER))

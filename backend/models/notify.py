@@ -2,6 +2,7 @@
 NotifyDigest (tables) -> NotificationsPublic / NotificationsUpdate, PushSubscriptionCreate /
 PushSubscriptionPublic / PushSubscriptionsPublic, the action and verification bodies."""
 
+import base64
 import uuid
 from datetime import date, datetime, time
 from typing import Annotated, Any, Literal
@@ -242,6 +243,25 @@ class SubscriptionKeys(BaseModel):
     auth: Annotated[
         str, StringConstraints(min_length=8, max_length=100, pattern=r"^[A-Za-z0-9_\-=]+$")
     ]
+
+    @field_validator("p256dh")
+    @classmethod
+    def _a_p256_point(cls, value: str) -> str:
+        raw = _b64url_bytes(value)
+        if len(raw) != 65 or raw[0] != 4:
+            raise ValueError("must be an uncompressed P-256 point, base64url (65 bytes)")
+        return value
+
+    @field_validator("auth")
+    @classmethod
+    def _sixteen_bytes(cls, value: str) -> str:
+        if len(_b64url_bytes(value)) != 16:
+            raise ValueError("must be the 16-byte auth secret, base64url")
+        return value
+
+
+def _b64url_bytes(value: str) -> bytes:
+    return base64.urlsafe_b64decode(value.rstrip("=") + "=" * (-len(value.rstrip("=")) % 4))
 
 
 class PushSubscriptionCreate(BaseModel):

@@ -68,7 +68,9 @@ class ActionSigner:
     def verify(self, token: str) -> Claims:
         """The token's claims; 401 when it does not verify, 410 when it has expired."""
         encoded, _, mac = token.strip().partition(".")
-        if not encoded or not hmac.compare_digest(mac, self._mac(encoded)):
+        # As bytes: a token with non-ASCII characters is simply not ours.
+        expected = self._mac(encoded).encode()
+        if not encoded or not hmac.compare_digest(mac.encode(), expected):
             raise ActionTokenInvalid()
         try:
             body: dict[str, Any] = json.loads(b64url_decode(encoded))

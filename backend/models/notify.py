@@ -294,3 +294,9 @@ class ActionDone(BaseModel):
 
 class TestSent(BaseModel):
     queued: int = PydanticField(description="How many targets the test notification goes to.")
+
+
+class Unsubscribed(BaseModel):
+    stopped: Literal["reminder", "digest"] = PydanticField(
+        description="The kind of mail that no longer comes."
+    )

@@ -3,7 +3,7 @@ acting from a notification, one-click unsubscribe (docs/notifications.md)."""
 
 import uuid
 from html import escape
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Query, Request, Response, status
@@ -11,7 +11,7 @@ from fastapi.responses import HTMLResponse
 
 from backend.deps import Context, CurrentUser, DbSession
 from backend.errors import DomainError, NotFound
-from backend.models.errors import API_ERRORS, error_responses
+from backend.models.errors import API_ERRORS, ErrorResponse, error_responses
 from backend.models.notify import (
     ActionDone,
     ActionToken,
@@ -23,6 +23,7 @@ from backend.models.notify import (
     PushSubscriptionPublic,
     PushSubscriptionsPublic,
     TestSent,
+    Unsubscribed,
 )
 from backend.services.notify import actions, preferences
 from backend.services.notify.dispatcher import queue
@@ -30,8 +31,18 @@ from backend.services.notify.errors import ActionTokenInvalid, ChannelNotConfigu
 
 router = APIRouter(tags=["notifications"])
 _API = "/api/{user_id}"
-_TOKEN_ERRORS = error_responses(401, 422)
+# An action token's refusals: no WWW-Authenticate (there is no bearer scheme to offer).
+_TOKEN_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "The token does not verify."},
+    410: {"model": ErrorResponse, "description": "Expired, or what it names is gone."},
+    **error_responses(400, 413, 422, 503),
+}
+_PAGE_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "The token does not verify.", "content": {"text/html": {}}},
+    410: {"description": "Expired, or gone.", "content": {"text/html": {}}},
+}
 TokenQuery = Annotated[str, Query(min_length=10, max_length=2000)]
+PageToken = Annotated[str | None, Query(max_length=2000)]
 
 
 @router.get(f"{_API}/notifications", operation_id="getNotifications", responses=API_ERRORS)
@@ -145,11 +156,7 @@ async def push_key(context: Context) -> PushKey:
     return PushKey(public_key=keys.public_key)
 
 
-@router.post(
-    "/notifications/actions",
-    operation_id="actOnNotification",
-    responses={**_TOKEN_ERRORS, **error_responses(404), 410: {"description": "Expired."}},
-)
+@router.post("/notifications/actions", operation_id="actOnNotification", responses=_TOKEN_ERRORS)
 async def act(context: Context, data: ActionToken) -> ActionDone:
     """Do what a notification's button names (done, snooze) for that task; the token is
     the authority, no bearer token. Done twice changes nothing (200)."""
@@ -161,26 +168,33 @@ async def act(context: Context, data: ActionToken) -> ActionDone:
     )
 
 
-@router.get("/notifications/actions", response_class=HTMLResponse, include_in_schema=False)
-async def action_page(context: Context, token: TokenQuery) -> HTMLResponse:
-    """A page with a button: a link in a mail only shows it (mail scanners follow links);
-    the button's POST acts."""
-    claims = _signer(context).verify(token)
-    label = {"done": "Mark it done", "snooze": "Snooze it"}.get(claims.action)
-    if label is None:
-        raise ActionTokenInvalid()
-    return _page(label, "/notifications/actions/form", token)
+@router.get(
+    "/notifications/actions",
+    operation_id="notificationActionPage",
+    response_class=HTMLResponse,
+    responses=_PAGE_ERRORS,
+)
+async def action_page(context: Context, token: PageToken = None) -> HTMLResponse:
+    """An HTML page with a button: a link in a mail only shows it (mail scanners follow
+    links); the button's POST acts."""
+    try:
+        claims = _signer(context).verify(token or "")
+        label = {"done": "Mark it done", "snooze": "Snooze it"}.get(claims.action)
+        if label is None:
+            raise ActionTokenInvalid()
+    except DomainError as error:
+        return _message(error.detail, status_code=error.status_code)
+    return _page(label, "/notifications/actions/form", token or "")
 
 
 @router.post("/notifications/actions/form", response_class=HTMLResponse, include_in_schema=False)
 async def act_from_page(context: Context, request: Request) -> HTMLResponse:
     """The action page's button."""
-    token = _form_token(await request.body())
     try:
         done = await actions.act(
             database=context.database,
             signer=_signer(context),
-            token=token,
+            token=_form_token(await request.body()),
             snooze_min=context.settings.notify_snooze_min,
         )
     except DomainError as error:
@@ -190,26 +204,29 @@ async def act_from_page(context: Context, request: Request) -> HTMLResponse:
     return _message(f"{title}: {said}." if done.changed else f"{title}: nothing to change.")
 
 
-@router.get("/notifications/unsubscribe", response_class=HTMLResponse, include_in_schema=False)
-async def unsubscribe_page(context: Context, token: TokenQuery) -> HTMLResponse:
-    """A page with a button to stop that kind of mail."""
-    _signer(context).verify(token)
-    return _page("Stop these mails", "/notifications/unsubscribe", token, in_query=True)
-
-
-@router.post(
+@router.get(
     "/notifications/unsubscribe",
-    operation_id="unsubscribeMail",
+    operation_id="unsubscribePage",
     response_class=HTMLResponse,
-    responses={**_TOKEN_ERRORS, 410: {"description": "Expired."}},
+    responses=_PAGE_ERRORS,
 )
-async def unsubscribe(context: Context, token: TokenQuery) -> HTMLResponse:
+async def unsubscribe_page(context: Context, token: PageToken = None) -> HTMLResponse:
+    """An HTML page with a button to stop that kind of mail."""
+    try:
+        _signer(context).verify(token or "")
+    except DomainError as error:
+        return _message(error.detail, status_code=error.status_code)
+    return _page("Stop these mails", "/notifications/unsubscribe", token or "", in_query=True)
+
+
+@router.post("/notifications/unsubscribe", operation_id="unsubscribeMail", responses=_TOKEN_ERRORS)
+async def unsubscribe(context: Context, token: TokenQuery) -> Unsubscribed:
     """RFC 8058 one-click unsubscribe (the `List-Unsubscribe` URL, no login): stops the
-    kind of mail it came with (reminders or the daily plan)."""
+    kind of mail it came with (`reminder` or `digest`)."""
     kind = await actions.unsubscribe(
         database=context.database, signer=_signer(context), token=token
     )
-    return _message(f"No more {'reminder' if kind == 'reminder' else 'daily plan'} mails.")
+    return Unsubscribed(stopped=kind)
 
 
 def _signer(context: Context) -> actions.ActionSigner:

@@ -959,7 +959,12 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * Action Page
+         * @description An HTML page with a button: a link in a mail only shows it (mail scanners follow
+         *     links); the button's POST acts.
+         */
+        get: operations["notificationActionPage"];
         put?: never;
         /**
          * Act
@@ -980,12 +985,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * Unsubscribe Page
+         * @description An HTML page with a button to stop that kind of mail.
+         */
+        get: operations["unsubscribePage"];
         put?: never;
         /**
          * Unsubscribe
          * @description RFC 8058 one-click unsubscribe (the `List-Unsubscribe` URL, no login): stops the
-         *     kind of mail it came with (reminders or the daily plan).
+         *     kind of mail it came with (`reminder` or `digest`).
          */
         post: operations["unsubscribeMail"];
         delete?: never;
@@ -2613,6 +2622,15 @@ export interface components {
             changes: components["schemas"]["UndoChange"][];
             /** Summary */
             summary: string;
+        };
+        /** Unsubscribed */
+        Unsubscribed: {
+            /**
+             * Stopped
+             * @description The kind of mail that no longer comes.
+             * @enum {string}
+             */
+            stopped: "reminder" | "digest";
         };
         /** Usage */
         Usage: {
@@ -8189,6 +8207,55 @@ export interface operations {
             };
         };
     };
+    notificationActionPage: {
+        parameters: {
+            query?: {
+                token?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description The token does not verify. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": unknown;
+                };
+            };
+            /** @description Expired, or gone. */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": unknown;
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     actOnNotification: {
         parameters: {
             query?: never;
@@ -8211,32 +8278,41 @@ export interface operations {
                     "application/json": components["schemas"]["ActionDone"];
                 };
             };
-            /** @description Missing, invalid or expired bearer token. */
+            /** @description The request body could not be read (for example, not UTF-8). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The token does not verify. */
             401: {
                 headers: {
-                    /** @description Bearer */
-                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description No such session or task for this user. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Expired. */
+            /** @description Expired, or what it names is gone. */
             410: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
             /** @description Validation failed: a list of problems, or one sentence. */
             422: {
@@ -8245,6 +8321,66 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The database or identity provider is unavailable. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    unsubscribePage: {
+        parameters: {
+            query?: {
+                token?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description The token does not verify. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": unknown;
+                };
+            };
+            /** @description Expired, or gone. */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": unknown;
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
         };
@@ -8266,26 +8402,44 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "text/html": string;
+                    "application/json": components["schemas"]["Unsubscribed"];
                 };
             };
-            /** @description Missing, invalid or expired bearer token. */
-            401: {
+            /** @description The request body could not be read (for example, not UTF-8). */
+            400: {
                 headers: {
-                    /** @description Bearer */
-                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "text/html": components["schemas"]["ErrorResponse"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description Expired. */
+            /** @description The token does not verify. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Expired, or what it names is gone. */
             410: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
             /** @description Validation failed: a list of problems, or one sentence. */
             422: {
@@ -8293,7 +8447,18 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "text/html": components["schemas"]["ErrorResponse"];
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The database or identity provider is unavailable. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
         };

@@ -44,7 +44,7 @@ async def _measure(
             )
             response.raise_for_status()
         # Made ahead of time (creating them is not what is measured), due from `start` on.
-        start = datetime.now(UTC) + timedelta(seconds=30 + reminders / 200)
+        start = datetime.now(UTC) + timedelta(seconds=30 + reminders / 50)
         remind_at: dict[str, datetime] = {}
         limit = asyncio.Semaphore(16)
 

@@ -60,6 +60,8 @@ class Identity:
     user_id: str
     email: str | None = None
     name: str | None = None
+    # The identity provider vouches for `email` (OpenID Connect's `email_verified`).
+    email_verified: bool = False
 
 
 class JwksCache:
@@ -289,6 +291,7 @@ class TokenVerifier:
             user_id=subject,
             email=_short_str(claims.get("email"), 320),
             name=_short_str(claims.get("name"), 255),
+            email_verified=claims.get("email_verified") is True,
         )
 
 
@@ -344,11 +347,18 @@ def create_token(
     name: str | None = None,
     issuer: str | None = None,
     audience: str | None = None,
+    email_verified: bool | None = None,
 ) -> str:
     """An HS256 token this service accepts (for local use and tests)."""
     now = int(time.time())
     claims: dict[str, Any] = {"sub": user_id, "iat": now, "exp": now + ttl_s}
-    optional = {"email": email, "name": name, "iss": issuer, "aud": audience}
+    optional = {
+        "email": email,
+        "name": name,
+        "iss": issuer,
+        "aud": audience,
+        "email_verified": email_verified,
+    }
     claims.update({key: value for key, value in optional.items() if value is not None})
     token: str = jwt.encode(claims, secret, algorithm="HS256")
     return token

@@ -11,6 +11,8 @@ from backend.db import Database
 from backend.services.agent import OpenAIAgentService
 from backend.services.calendar import FeedLimiter
 from backend.services.embeddings import Embeddings
+from backend.services.notify.dispatcher import CHANNEL as NOTIFY_CHANNEL
+from backend.services.notify.service import Notifier
 from backend.services.outbox.hub import EventHub
 from backend.services.outbox.reminders import CHANNEL as reminder_channel
 from backend.services.outbox.reminders import ReminderClock
@@ -39,6 +41,7 @@ class AppContext:
     upkeep: Upkeep
     sweeper: TurnSweeper
     turn_streams: TurnStreams
+    notify: Notifier
     webhooks: WebhookDispatcher | None = None
     # The embeddings model (EMBEDDINGS_MODEL); `semantic` is it once the database is known
     # to hold vectors (pgvector): what search asks for a query's vector.
@@ -69,6 +72,8 @@ class AppContext:
         events.on_channel(lease_channel, sweeper.alarm.heard)
         for worker in (reminders, sweeper, *([webhooks] if webhooks else [])):
             events.on_listening(worker.alarm.wake)
+        notify = Notifier(settings, database)
+        events.on_channel(NOTIFY_CHANNEL, notify.dispatcher.wake)
         return cls(
             settings=settings,
             database=database,
@@ -80,6 +85,7 @@ class AppContext:
             upkeep=Upkeep(settings, database),
             sweeper=sweeper,
             turn_streams=turn_streams,
+            notify=notify,
             webhooks=webhooks,
             embeddings=Embeddings(settings) if settings.embeddings_model else None,
             known_users=known_users,
@@ -92,6 +98,7 @@ class AppContext:
             self.reminders,
             self.upkeep,
             self.sweeper,
+            self.notify.dispatcher,
             *([self.webhooks] if self.webhooks else []),
             *([self.vectors] if self.vectors else []),
         ]
@@ -138,6 +145,7 @@ class AppContext:
             await worker.stop()
         await self.agent.replica.drain(self.settings.shutdown_grace_s)
         await self.agent.close()
+        await self.notify.close()
         if self.embeddings is not None:
             await self.embeddings.close()
         await self.http.aclose()

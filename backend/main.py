@@ -32,6 +32,7 @@ from backend.routers import (
     mcp,
     memories,
     metrics,
+    notifications,
     sessions,
     tasks,
     trash,
@@ -158,6 +159,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         hooks,
         memories,
         app_passwords,
+        notifications,
     ):
         # The routes are complete (prefix, tags, documented errors) once declared; adding
         # them directly spares every request FastAPI's lazy re-resolution of included

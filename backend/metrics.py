@@ -130,6 +130,14 @@ REMINDER_LAG_SECONDS = Histogram(
     "From a reminder's time to its firing.",
     buckets=(0.5, 1, 2, 3, 5, 10, 30, 60, 300, 3600, 86400),
 )
+NOTIFY_DELIVERIES = Counter(
+    "todo_agent_notify_deliveries_total",
+    "Notification sends (reminders, daily plans, tests, codes), by channel (push, email, "
+    "ntfy) and outcome: delivered, retry, gone (a push subscription the service said is "
+    "gone), failed, refused (an address not allowed), gave_up (after the last retry), held "
+    "(quiet hours).",
+    ["channel", "outcome"],
+)
 WEBHOOK_DELIVERIES = Counter(
     "todo_agent_webhook_deliveries_total",
     "Webhook delivery attempts, by outcome: delivered, retry (failed, will be retried), "

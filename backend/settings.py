@@ -138,6 +138,18 @@ class Settings(BaseSettings):
     # Webhooks signed; unset: that route answers 404.
     identity_webhook_secret: SecretStr | None = None
 
+    # Reminders that reach people (docs/notifications.md): the Web Push key pair's private
+    # key (PEM or base64url; made in the data dir in development) and its tokens' subject;
+    # where mail goes (unset: no email) and its From; hosts on private networks that push
+    # endpoints and ntfy URLs may still reach; Snooze's delay; an action token's life.
+    vapid_private_key: SecretStr | None = None
+    vapid_subject: str | None = None
+    smtp_url: SecretStr | None = None
+    mail_from: str | None = None
+    notify_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    notify_snooze_min: float = Field(default=60.0, gt=0)
+    notify_action_ttl_h: float = Field(default=24.0, gt=0)
+
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     # On SIGTERM, how long turns in flight may run on before they are handed to another
     # replica (the platform's termination grace must be longer; docs/operations.md).
@@ -152,6 +164,7 @@ class Settings(BaseSettings):
     _split_lists = field_validator(
         "jwt_algorithms", "cors_origins", "agent_models", "webhook_retry_schedule_s", mode="before"
     )(_comma_list)
+    _split_hosts = field_validator("notify_allowed_hosts", mode="before")(_comma_list)
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -221,6 +234,10 @@ class Settings(BaseSettings):
     @property
     def development_mcp_secret_path(self) -> Path:
         return self.data_dir / "mcp_state_secret"
+
+    @property
+    def development_vapid_key_path(self) -> Path:
+        return self.data_dir / "vapid_private_key"
 
     @property
     def allowed_algorithms(self) -> frozenset[str]:

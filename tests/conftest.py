@@ -29,6 +29,9 @@ from tests.fake_openai import FakeOpenAI
 
 TEST_SECRET = "test-secret-" + "x" * 40
 TEST_MCP_STATE_SECRET = "test-mcp-state-secret-" + "x" * 40
+TEST_VAPID_PRIVATE_KEY = (
+    "mG3fwAVhopr9SwpRc1AV2N1n6g0KAfv6-TSZVlh_vkk"  # a P-256 key, base64url (tests only)
+)
 _TABLES = (
     "events, agent_messages, agent_sessions, tasks, idempotency_keys, users,"
     " identity_webhook_messages"
@@ -274,6 +277,8 @@ def server_env(
         "JWT_SECRET": TEST_SECRET,
         # Else each server would make one in the data dir (./.todo-agent) of the checkout.
         "MCP_STATE_SECRET": TEST_MCP_STATE_SECRET,
+        # ... and a Web Push key pair there (docs/notifications.md).
+        "VAPID_PRIVATE_KEY": TEST_VAPID_PRIVATE_KEY,
         **settings,
     }
     if model is not None:

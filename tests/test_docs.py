@@ -127,6 +127,11 @@ EXPECTED: dict[str, list[str | tuple[str, int]]] = {
         'I\'ll remember: \\"My dentist is Dr. Lee\\"',
         'From memory (you told me): \\"My dentist is Dr. Lee\\".',
         "I don't remember anything about you yet.",
+    "docs/notifications.md": [
+        '"reminders":["push"]',
+        '"quiet_hours":{"start":"22:00"',
+        '"queued":0',
+        '"public_key":"',
     ],
     "docs/operations.md": ['"status":"ok"', '"migrations":"at head"', 'route="/health"'],
     "docs/data.md": [

@@ -10,6 +10,12 @@ from backend.models.identity import IdentityWebhookMessage
 from backend.models.list import ListInvitation, ListMember, TaskNumber, TodoList
 from backend.models.mcp import McpRequestState
 from backend.models.memory import Memory
+from backend.models.notify import (
+    NotificationSettings,
+    NotifyDelivery,
+    NotifyDigest,
+    PushSubscription,
+)
 from backend.models.session import AgentMessage, AgentSession
 from backend.models.task import Task
 from backend.models.user import User
@@ -30,7 +36,11 @@ __all__ = [
     "ListMember",
     "McpRequestState",
     "Memory",
+    "NotificationSettings",
+    "NotifyDelivery",
+    "NotifyDigest",
     "Passage",
+    "PushSubscription",
     "Task",
     "TaskChange",
     "TaskNumber",

@@ -54,6 +54,8 @@ class ExportUser(_Part):
     model: str | None = PydanticField(default=None, max_length=100)
     confirm: Confirm | None = None
     created_at: Instant | None = None
+    # Where notifications went (no push endpoint, ntfy URL or code): kept, not imported.
+    notifications: dict[str, Any] | None = None
 
 
 class ExportList(_Part):

@@ -79,6 +79,15 @@ _STEPS: list[tuple[str, str, bool]] = [
     ("app_passwords", "DELETE FROM app_passwords WHERE id IN"
      " (SELECT id FROM app_passwords WHERE user_id = :me LIMIT :n)", False),
     ("dav_sign_ins", "DELETE FROM dav_sign_ins WHERE user_id = :me", False),
+    # Where notifications go, first: nothing more is sent to them (pending deliveries go
+    # with their subscriptions; action tokens die with the subscriptions and the account).
+    ("notify_deliveries", "DELETE FROM notify_deliveries WHERE id IN"
+     " (SELECT id FROM notify_deliveries WHERE user_id = :me LIMIT :n)", False),
+    ("push_subscriptions", "DELETE FROM push_subscriptions WHERE id IN"
+     " (SELECT id FROM push_subscriptions WHERE user_id = :me LIMIT :n)", False),
+    ("notify_digests", "DELETE FROM notify_digests WHERE (user_id, local_date) IN"
+     " (SELECT user_id, local_date FROM notify_digests WHERE user_id = :me LIMIT :n)", False),
+    ("notification_settings", "DELETE FROM notification_settings WHERE user_id = :me", False),
     ("task_changes", "DELETE FROM task_changes WHERE id IN"
      " (SELECT id FROM task_changes WHERE user_id = :me LIMIT :n)", False),
     ("approvals", "DELETE FROM approvals WHERE id IN"

@@ -68,7 +68,18 @@ _HEAD = text(
            json_build_object(
                'id', id, 'email', email, 'name', name, 'display_name', display_name,
                'timezone', timezone, 'instructions', instructions, 'model', model,
-               'confirm', confirm, 'created_at', created_at)::text,
+               'confirm', confirm, 'created_at', created_at,
+               -- where notifications go, without what is a capability (push endpoints,
+               -- the ntfy topic URL) or a secret (a pending code)
+               'notifications', (SELECT json_build_object(
+                   'email', n.email_address, 'email_verified', n.email_verified,
+                   'reminders', n.reminder_channels,
+                   'digest', json_build_object('at', to_char(n.digest_at, 'HH24:MI'),
+                                               'channels', n.digest_channels),
+                   'quiet_hours', CASE WHEN n.quiet_start IS NOT NULL THEN json_build_object(
+                       'start', to_char(n.quiet_start, 'HH24:MI'),
+                       'end', to_char(n.quiet_end, 'HH24:MI')) END)
+                   FROM notification_settings n WHERE n.user_id = users.id))::text,
            EXISTS (SELECT FROM approvals WHERE user_id = :me),
            EXISTS (SELECT FROM task_changes WHERE user_id = :me)
     FROM users WHERE id = :me

@@ -196,7 +196,7 @@ export interface paths {
         };
         /**
          * Get Session
-         * @description One session, with its token usage and the digest of its older messages.
+         * @description One session, with its token usage.
          */
         get: operations["getSession"];
         put?: never;
@@ -821,7 +821,7 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
-    "/api/{user_id}/memories": {
+    "/api/{user_id}/notifications": {
         parameters: {
             query?: never;
             header?: never;
@@ -829,27 +829,24 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * List Memories
-         * @description The memories, newest first: every model call carries them (as many as fit).
+         * Get Notifications
+         * @description Where your reminders and daily plan go; times are in your settings' timezone.
          */
-        get: operations["listMemories"];
+        get: operations["getNotifications"];
         put?: never;
-        /**
-         * Create Memory
-         * @description Tell the assistant something to remember, in your own words.
-         */
-        post: operations["createMemory"];
-        /**
-         * Delete All Memories
-         * @description Forget everything the assistant remembers about you.
-         */
-        delete: operations["deleteAllMemories"];
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * Update Notifications
+         * @description Change what is sent (partial). A new email address gets a code to confirm it; an
+         *     ntfy URL that points at a private address is refused (422).
+         */
+        patch: operations["updateNotifications"];
         trace?: never;
     };
-    "/api/{user_id}/memories/{memory_id}": {
+    "/api/{user_id}/notifications/email/verify": {
         parameters: {
             query?: never;
             header?: never;
@@ -858,46 +855,64 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        post?: never;
         /**
-         * Delete Memory
-         * @description Forget one memory.
+         * Verify Email
+         * @description Confirm your email address with the code mailed to it (5 wrong codes spend it).
          */
-        delete: operations["deleteMemory"];
-        options?: never;
-        head?: never;
-        /**
-         * Update Memory
-         * @description Change a memory's text; the very next model call carries the new one.
-         */
-        patch: operations["updateMemory"];
-        trace?: never;
-    };
-    "/api/{user_id}/app-passwords": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /**
-         * List App Passwords
-         * @description The user's app passwords (never the passwords themselves), oldest first.
-         */
-        get: operations["listAppPasswords"];
-        put?: never;
-        /**
-         * Create App Password
-         * @description Make a password for one device's CalDAV client; `password` is shown this once.
-         */
-        post: operations["createAppPassword"];
+        post: operations["verifyNotificationEmail"];
         delete?: never;
         options?: never;
         head?: never;
         patch?: never;
         trace?: never;
     };
-    "/api/{user_id}/app-passwords/{password_id}": {
+    "/api/{user_id}/notifications/test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send Test
+         * @description Send a test notification to every device and address you set up (whichever
+         *     channels reminders go to); how many it goes to.
+         */
+        post: operations["sendTestNotification"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/{user_id}/push/subscriptions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Subscriptions
+         * @description Your push subscriptions (one per browser or installed page).
+         */
+        get: operations["listPushSubscriptions"];
+        put?: never;
+        /**
+         * Create Subscription
+         * @description Keep this browser's push subscription (`PushSubscription.toJSON()`); the same
+         *     endpoint again is the same subscription (200). 409 where Web Push is not configured.
+         */
+        post: operations["createPushSubscription"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/{user_id}/push/subscriptions/{subscription_id}": {
         parameters: {
             query?: never;
             header?: never;
@@ -908,10 +923,81 @@ export interface paths {
         put?: never;
         post?: never;
         /**
-         * Revoke App Password
-         * @description Revoke an app password: it fails at once, on every replica.
+         * Delete Subscription
+         * @description Stop pushing to that browser; its notifications' buttons stop working too.
          */
-        delete: operations["revokeAppPassword"];
+        delete: operations["deletePushSubscription"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/push/key": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Push Key
+         * @description The VAPID application server key (base64url) a browser subscribes with; no token.
+         */
+        get: operations["getPushKey"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/notifications/actions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Action Page
+         * @description An HTML page with a button: a link in a mail only shows it (mail scanners follow
+         *     links); the button's POST acts.
+         */
+        get: operations["notificationActionPage"];
+        put?: never;
+        /**
+         * Act
+         * @description Do what a notification's button names (done, snooze) for that task; the token is
+         *     the authority, no bearer token. Done twice changes nothing (200).
+         */
+        post: operations["actOnNotification"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/notifications/unsubscribe": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Unsubscribe Page
+         * @description An HTML page with a button to stop that kind of mail.
+         */
+        get: operations["unsubscribePage"];
+        put?: never;
+        /**
+         * Unsubscribe
+         * @description RFC 8058 one-click unsubscribe (the `List-Unsubscribe` URL, no login): stops the
+         *     kind of mail it came with (`reminder` or `digest`).
+         */
+        post: operations["unsubscribeMail"];
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -941,72 +1027,24 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
-        /** AppPasswordCreate */
-        AppPasswordCreate: {
+        /** ActionDone */
+        ActionDone: {
             /**
-             * Name
-             * @description Which device it is for ("iPhone").
+             * Action
+             * @enum {string}
              */
-            name: string;
-            /**
-             * Read Only
-             * @description It may read but not change.
-             * @default false
-             */
-            read_only?: boolean;
+            action: "done" | "snooze";
+            /** Task */
+            task: {
+                [key: string]: unknown;
+            };
+            /** Changed */
+            changed: boolean;
         };
-        /**
-         * AppPasswordCreated
-         * @description A new app password: `password` is shown this once.
-         */
-        AppPasswordCreated: {
-            /**
-             * Id
-             * Format: uuid
-             */
-            id: string;
-            /** Name */
-            name: string;
-            /** Username */
-            username: string;
-            /** Password */
-            password: string;
-            /** Read Only */
-            read_only: boolean;
-            /**
-             * Created At
-             * Format: date-time
-             */
-            created_at: string;
-        };
-        /** AppPasswordPublic */
-        AppPasswordPublic: {
-            /**
-             * Id
-             * Format: uuid
-             */
-            id: string;
-            /** Name */
-            name: string;
-            /**
-             * Username
-             * @description What to type as the CalDAV user name.
-             */
-            username: string;
-            /** Read Only */
-            read_only: boolean;
-            /**
-             * Created At
-             * Format: date-time
-             */
-            created_at: string;
-            /** Last Used At */
-            last_used_at: string | null;
-        };
-        /** AppPasswordsPublic */
-        AppPasswordsPublic: {
-            /** Data */
-            data: components["schemas"]["AppPasswordPublic"][];
+        /** ActionToken */
+        ActionToken: {
+            /** Token */
+            token: string;
         };
         /** ApprovalAnswer */
         ApprovalAnswer: {
@@ -1042,12 +1080,6 @@ export interface components {
              * @description IANA name, e.g. Europe/Berlin; remembered for the user.
              */
             timezone?: string | null;
-            /**
-             * Temporary
-             * @description A temporary turn: nothing is read from or written to the person's memories, and `remember` is not offered.
-             * @default false
-             */
-            temporary?: boolean;
             /**
              * Approvals
              * @description Answers to the session's held tool calls (`pending_approvals` of the last answer): an approved call runs exactly as it was stored, a denied one is reported to the agent, and the turn goes on.
@@ -1090,6 +1122,23 @@ export interface components {
              * @description Tool calls held for the person's yes; answer them with `approvals` in the next request to this session (or a plain yes / no).
              */
             pending_approvals?: components["schemas"]["PendingApproval"][];
+        };
+        /** DigestPublic */
+        DigestPublic: {
+            /**
+             * At
+             * @description HH:MM in your timezone; null: no daily plan.
+             */
+            at: string | null;
+            /** Channels */
+            channels: ("push" | "email" | "ntfy")[];
+        };
+        /** DigestUpdate */
+        DigestUpdate: {
+            /** At */
+            at?: string | null;
+            /** Channels */
+            channels?: ("push" | "email" | "ntfy")[] | null;
         };
         /** DocumentPublic */
         DocumentPublic: {
@@ -1179,6 +1228,23 @@ export interface components {
             /** Data */
             data: components["schemas"]["DocumentPublic"][];
         };
+        /** EmailCode */
+        EmailCode: {
+            /** Code */
+            code: string;
+        };
+        /** EmailPublic */
+        EmailPublic: {
+            /** Address */
+            address: string;
+            /** Verified */
+            verified: boolean;
+        };
+        /** EmailUpdate */
+        EmailUpdate: {
+            /** Address */
+            address: string;
+        };
         /** ErrorResponse */
         ErrorResponse: {
             /** Detail */
@@ -1232,7 +1298,7 @@ export interface components {
          *     with all their tasks (steps under their parent, the trash included) and documents, the
          *     lists shared
          *     with them (name and role only), and every conversation with each message, tool call
-         *     and result, and the memories. Never a secret; nothing of another person's.
+         *     and result. Never a secret; nothing of another person's.
          */
         ExportDocument: {
             /**
@@ -1251,8 +1317,6 @@ export interface components {
             documents?: components["schemas"]["ExportedDocument"][];
             /** Sessions */
             sessions?: components["schemas"]["ExportSession"][];
-            /** Memories */
-            memories?: components["schemas"]["ExportMemory"][];
         };
         /**
          * ExportList
@@ -1284,26 +1348,6 @@ export interface components {
             updated_at?: string | null;
             /** Joined At */
             joined_at?: string | null;
-        };
-        /**
-         * ExportMemory
-         * @description A fact the person told the assistant; imported as theirs, without its source.
-         */
-        ExportMemory: {
-            /** Id */
-            id?: string | null;
-            /** Text */
-            text: string;
-            /** Created At */
-            created_at?: string | null;
-            /** Updated At */
-            updated_at?: string | null;
-            /**
-             * Created By
-             * @default user
-             * @enum {string}
-             */
-            created_by?: "user" | "model" | "stub";
         };
         /** ExportMessage */
         ExportMessage: {
@@ -1355,16 +1399,6 @@ export interface components {
             /** Updated At */
             updated_at?: string | null;
             usage?: components["schemas"]["SessionUsage"] | null;
-            /**
-             * Digest
-             * @description What the session's older messages asked and did.
-             */
-            digest?: string | null;
-            /**
-             * Digest Through
-             * @description The last of its messages that the digest holds.
-             */
-            digest_through?: string | null;
             /** Messages */
             messages?: components["schemas"]["ExportMessage"][];
             /** Approvals */
@@ -1534,6 +1568,10 @@ export interface components {
             confirm?: ("deletes" | "changes" | "never") | null;
             /** Created At */
             created_at?: string | null;
+            /** Notifications */
+            notifications?: {
+                [key: string]: unknown;
+            } | null;
         };
         /**
          * ExportedDocument
@@ -1593,11 +1631,6 @@ export interface components {
             sessions: number;
             /** Messages */
             messages: number;
-            /**
-             * Memories
-             * @default 0
-             */
-            memories?: number;
         };
         /** InvitationCreate */
         InvitationCreate: {
@@ -1709,61 +1742,6 @@ export interface components {
             /** Data */
             data: components["schemas"]["MemberPublic"][];
         };
-        /** MemoriesPublic */
-        MemoriesPublic: {
-            /**
-             * Data
-             * @description Newest first.
-             */
-            data: components["schemas"]["MemoryPublic"][];
-        };
-        /** MemoryCreate */
-        MemoryCreate: {
-            /** Text */
-            text: string;
-        };
-        /** MemoryPublic */
-        MemoryPublic: {
-            /**
-             * Id
-             * Format: uuid
-             */
-            id: string;
-            /** Text */
-            text: string;
-            /**
-             * Created At
-             * Format: date-time
-             */
-            created_at: string;
-            /**
-             * Updated At
-             * Format: date-time
-             */
-            updated_at: string;
-            /**
-             * Created By
-             * @enum {string}
-             */
-            created_by: "user" | "model" | "stub";
-            /** @description The chat turn that saved it; null for one the person wrote themselves. */
-            source: components["schemas"]["MemorySource"] | null;
-        };
-        /** MemorySource */
-        MemorySource: {
-            /**
-             * Session Id
-             * Format: uuid
-             */
-            session_id: string;
-            /** Message Id */
-            message_id: string | null;
-        };
-        /** MemoryUpdate */
-        MemoryUpdate: {
-            /** Text */
-            text: string;
-        };
         /** MessagePublic */
         MessagePublic: {
             /**
@@ -1810,6 +1788,49 @@ export interface components {
             data: components["schemas"]["MessagePublic"][];
             /** Next Cursor */
             next_cursor: string | null;
+        };
+        /** NotificationsPublic */
+        NotificationsPublic: {
+            email: components["schemas"]["EmailPublic"] | null;
+            ntfy: components["schemas"]["NtfyPublic"] | null;
+            /** Push */
+            push: components["schemas"]["PushSubscriptionPublic"][];
+            /**
+             * Reminders
+             * @description The channels a reminder goes to.
+             */
+            reminders: ("push" | "email" | "ntfy")[];
+            digest: components["schemas"]["DigestPublic"];
+            quiet_hours: components["schemas"]["QuietHours"] | null;
+        };
+        /**
+         * NotificationsUpdate
+         * @description A partial update: only the fields sent change; `null` clears email, ntfy, quiet hours.
+         */
+        NotificationsUpdate: {
+            email?: components["schemas"]["EmailUpdate"] | null;
+            ntfy?: components["schemas"]["NtfyUpdate"] | null;
+            /**
+             * Push
+             * @description Ignored (a GET sent back): see /push/subscriptions.
+             */
+            push?: {
+                [key: string]: unknown;
+            }[] | null;
+            /** Reminders */
+            reminders?: ("push" | "email" | "ntfy")[] | null;
+            digest?: components["schemas"]["DigestUpdate"] | null;
+            quiet_hours?: components["schemas"]["QuietHours"] | null;
+        };
+        /** NtfyPublic */
+        NtfyPublic: {
+            /** Url */
+            url: string;
+        };
+        /** NtfyUpdate */
+        NtfyUpdate: {
+            /** Url */
+            url: string;
         };
         /** PassagePublic */
         PassagePublic: {
@@ -1898,6 +1919,59 @@ export interface components {
              */
             resource_name?: string;
         };
+        /** PushKey */
+        PushKey: {
+            /**
+             * Public Key
+             * @description The VAPID application server key, base64url.
+             */
+            public_key: string;
+        };
+        /**
+         * PushSubscriptionCreate
+         * @description The browser's `PushSubscription.toJSON()`.
+         */
+        PushSubscriptionCreate: {
+            /** Endpoint */
+            endpoint: string;
+            keys: components["schemas"]["SubscriptionKeys"];
+            /**
+             * Expirationtime
+             * @description Milliseconds since the epoch, or null.
+             */
+            expirationTime?: number | null;
+        };
+        /** PushSubscriptionPublic */
+        PushSubscriptionPublic: {
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /** Endpoint */
+            endpoint: string;
+            /** Expiration Time */
+            expiration_time: string | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+        };
+        /** PushSubscriptionsPublic */
+        PushSubscriptionsPublic: {
+            /** Data */
+            data: components["schemas"]["PushSubscriptionPublic"][];
+            /** Count */
+            count: number;
+        };
+        /** QuietHours */
+        QuietHours: {
+            /** Start */
+            start: string;
+            /** End */
+            end: string;
+        };
         /** Readiness */
         Readiness: {
             /**
@@ -1909,35 +1983,6 @@ export interface components {
             database: boolean;
             /** Migrations */
             migrations: string;
-        };
-        /**
-         * SessionDetail
-         * @description One session read alone: also its digest.
-         */
-        SessionDetail: {
-            /**
-             * Id
-             * Format: uuid
-             */
-            id: string;
-            /** Title */
-            title: string;
-            /**
-             * Created At
-             * Format: date-time
-             */
-            created_at: string;
-            /**
-             * Updated At
-             * Format: date-time
-             */
-            updated_at: string;
-            usage: components["schemas"]["Usage"];
-            /**
-             * Digest
-             * @description What the session's older messages asked and did, folded into a short account once the session holds more than AGENT_HISTORY_MESSAGES messages.
-             */
-            digest: string | null;
         };
         /** SessionPublic */
         SessionPublic: {
@@ -1994,6 +2039,13 @@ export interface components {
             data: components["schemas"]["SessionPublic"][];
             /** Next Cursor */
             next_cursor: string | null;
+        };
+        /** SubscriptionKeys */
+        SubscriptionKeys: {
+            /** P256Dh */
+            p256dh: string;
+            /** Auth */
+            auth: string;
         };
         /**
          * TaskChanged
@@ -2346,6 +2398,14 @@ export interface components {
             /** Count */
             count: number;
         };
+        /** TestSent */
+        TestSent: {
+            /**
+             * Queued
+             * @description How many targets the test notification goes to.
+             */
+            queued: number;
+        };
         /** ToolCallPublic */
         ToolCallPublic: {
             /** Id */
@@ -2488,12 +2548,6 @@ export interface components {
              */
             timezone?: string | null;
             /**
-             * Temporary
-             * @description A temporary turn: nothing is read from or written to the person's memories, and `remember` is not offered.
-             * @default false
-             */
-            temporary?: boolean;
-            /**
              * Approvals
              * @description `ai-sdk`: this client speaks the AI SDK 6 tool-approval protocol. A call that waits for the person's yes streams as a tool part with `tool-approval-request` (instead of a question in words), and the next request may end with that assistant message, its tool parts in state `approval-responded`: the turn goes on in the same message (`tool-output-available` or `tool-output-denied`, then the answer). Leave it out for `ai` 5, which rejects chunk types it does not know.
              */
@@ -2568,6 +2622,15 @@ export interface components {
             changes: components["schemas"]["UndoChange"][];
             /** Summary */
             summary: string;
+        };
+        /** Unsubscribed */
+        Unsubscribed: {
+            /**
+             * Stopped
+             * @description The kind of mail that no longer comes.
+             * @enum {string}
+             */
+            stopped: "reminder" | "digest";
         };
         /** Usage */
         Usage: {
@@ -3407,7 +3470,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["SessionDetail"];
+                    "application/json": components["schemas"]["SessionPublic"];
                 };
             };
             /** @description The request body could not be read (for example, not UTF-8). */
@@ -7445,7 +7508,7 @@ export interface operations {
             };
         };
     };
-    listMemories: {
+    getNotifications: {
         parameters: {
             query?: never;
             header?: never;
@@ -7462,7 +7525,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoriesPublic"];
+                    "application/json": components["schemas"]["NotificationsPublic"];
                 };
             };
             /** @description The request body could not be read (for example, not UTF-8). */
@@ -7534,7 +7597,7 @@ export interface operations {
             };
         };
     };
-    createMemory: {
+    updateNotifications: {
         parameters: {
             query?: never;
             header?: never;
@@ -7545,17 +7608,408 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["MemoryCreate"];
+                "application/json": components["schemas"]["NotificationsUpdate"];
             };
         };
         responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NotificationsPublic"];
+                };
+            };
+            /** @description The request body could not be read (for example, not UTF-8). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Missing, invalid or expired bearer token. */
+            401: {
+                headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The user id in the path is not the signed-in user. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No such session or task for this user. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The session is busy, or a request with this Idempotency-Key runs. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Validation failed: a list of problems, or one sentence. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The database or identity provider is unavailable. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    verifyNotificationEmail: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EmailCode"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NotificationsPublic"];
+                };
+            };
+            /** @description The request body could not be read (for example, not UTF-8). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Missing, invalid or expired bearer token. */
+            401: {
+                headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The user id in the path is not the signed-in user. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No such session or task for this user. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The session is busy, or a request with this Idempotency-Key runs. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Validation failed: a list of problems, or one sentence. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The database or identity provider is unavailable. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    sendTestNotification: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TestSent"];
+                };
+            };
+            /** @description The request body could not be read (for example, not UTF-8). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Missing, invalid or expired bearer token. */
+            401: {
+                headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The user id in the path is not the signed-in user. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No such session or task for this user. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Validation failed: a list of problems, or one sentence. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The database or identity provider is unavailable. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    listPushSubscriptions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PushSubscriptionsPublic"];
+                };
+            };
+            /** @description The request body could not be read (for example, not UTF-8). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Missing, invalid or expired bearer token. */
+            401: {
+                headers: {
+                    /** @description Bearer */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The user id in the path is not the signed-in user. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No such session or task for this user. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Validation failed: a list of problems, or one sentence. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The database or identity provider is unavailable. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    createPushSubscription: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PushSubscriptionCreate"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PushSubscriptionPublic"];
+                };
+            };
             /** @description Successful Response */
             201: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["MemoryPublic"];
+                    "application/json": components["schemas"]["PushSubscriptionPublic"];
                 };
             };
             /** @description The request body could not be read (for example, not UTF-8). */
@@ -7596,6 +8050,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
+            /** @description The session is busy, or a request with this Idempotency-Key runs. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
             /** @description Request body too large. */
             413: {
                 headers: {
@@ -7627,11 +8090,12 @@ export interface operations {
             };
         };
     };
-    deleteAllMemories: {
+    deletePushSubscription: {
         parameters: {
             query?: never;
             header?: never;
             path: {
+                subscription_id: string;
                 user_id: string;
             };
             cookie?: never;
@@ -7714,195 +8178,11 @@ export interface operations {
             };
         };
     };
-    deleteMemory: {
+    getPushKey: {
         parameters: {
             query?: never;
             header?: never;
-            path: {
-                memory_id: string;
-                user_id: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Successful Response */
-            204: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
-            /** @description The request body could not be read (for example, not UTF-8). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Missing, invalid or expired bearer token. */
-            401: {
-                headers: {
-                    /** @description Bearer */
-                    "WWW-Authenticate": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The user id in the path is not the signed-in user. */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No such session or task for this user. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Request body too large. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Validation failed: a list of problems, or one sentence. */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The database or identity provider is unavailable. */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying. */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
-    updateMemory: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                memory_id: string;
-                user_id: string;
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["MemoryUpdate"];
-            };
-        };
-        responses: {
-            /** @description Successful Response */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["MemoryPublic"];
-                };
-            };
-            /** @description The request body could not be read (for example, not UTF-8). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Missing, invalid or expired bearer token. */
-            401: {
-                headers: {
-                    /** @description Bearer */
-                    "WWW-Authenticate": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The user id in the path is not the signed-in user. */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No such session or task for this user. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Request body too large. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Validation failed: a list of problems, or one sentence. */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The database or identity provider is unavailable. */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying. */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
-    listAppPasswords: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                user_id: string;
-            };
+            path?: never;
             cookie?: never;
         };
         requestBody?: never;
@@ -7913,36 +8193,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["AppPasswordsPublic"];
-                };
-            };
-            /** @description The request body could not be read (for example, not UTF-8). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Missing, invalid or expired bearer token. */
-            401: {
-                headers: {
-                    /** @description Bearer */
-                    "WWW-Authenticate": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The user id in the path is not the signed-in user. */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
+                    "application/json": components["schemas"]["PushKey"];
                 };
             };
             /** @description No such session or task for this user. */
@@ -7954,148 +8205,78 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description Request body too large. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Validation failed: a list of problems, or one sentence. */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The database or identity provider is unavailable. */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying. */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
         };
     };
-    createAppPassword: {
+    notificationActionPage: {
         parameters: {
-            query?: never;
+            query?: {
+                token?: string | null;
+            };
             header?: never;
-            path: {
-                user_id: string;
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["AppPasswordCreate"];
-            };
-        };
-        responses: {
-            /** @description Successful Response */
-            201: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["AppPasswordCreated"];
-                };
-            };
-            /** @description The request body could not be read (for example, not UTF-8). */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Missing, invalid or expired bearer token. */
-            401: {
-                headers: {
-                    /** @description Bearer */
-                    "WWW-Authenticate": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The user id in the path is not the signed-in user. */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No such session or task for this user. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Request body too large. */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Validation failed: a list of problems, or one sentence. */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The database or identity provider is unavailable. */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying. */
-                    "Retry-After": string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
-    revokeAppPassword: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                password_id: string;
-                user_id: string;
-            };
+            path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
             /** @description Successful Response */
-            204: {
+            200: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description The token does not verify. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": unknown;
+                };
+            };
+            /** @description Expired, or gone. */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": unknown;
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    actOnNotification: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ActionToken"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ActionDone"];
+                };
             };
             /** @description The request body could not be read (for example, not UTF-8). */
             400: {
@@ -8106,19 +8287,17 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description Missing, invalid or expired bearer token. */
+            /** @description The token does not verify. */
             401: {
                 headers: {
-                    /** @description Bearer */
-                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description The user id in the path is not the signed-in user. */
-            403: {
+            /** @description Expired, or what it names is gone. */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8126,8 +8305,126 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description No such session or task for this user. */
-            404: {
+            /** @description Request body too large. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Validation failed: a list of problems, or one sentence. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The database or identity provider is unavailable. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    unsubscribePage: {
+        parameters: {
+            query?: {
+                token?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description The token does not verify. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": unknown;
+                };
+            };
+            /** @description Expired, or gone. */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": unknown;
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    unsubscribeMail: {
+        parameters: {
+            query: {
+                token: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Unsubscribed"];
+                };
+            };
+            /** @description The request body could not be read (for example, not UTF-8). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The token does not verify. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Expired, or what it names is gone. */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };

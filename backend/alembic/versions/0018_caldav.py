@@ -1,7 +1,7 @@
 """CalDAV: app passwords, slowed sign-in, and each list's and task's change counters
 
 Revision ID: 0018
-Revises: 0016
+Revises: 0017
 
 `app_passwords` and `dav_sign_ins` are a person's own rows (the acting user's).
 `dav_collections` (a list's counter) and `dav_items` (a task's name, UID, revision and what
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0018"
-down_revision: str | None = "0016"
+down_revision: str | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,156 @@
+"""The three ways out: Web Push (RFC 8030, payload encrypted per RFC 8291 by pywebpush's
+encoder, VAPID per RFC 8292 by py-vapid), mail (aiosmtplib) and ntfy (an HTTP POST). Each
+send answers an Outcome: delivered, retry (429, 5xx, no answer), gone (a push service's
+404 or 410: the subscription is no more) or failed (anything else; not retried)."""
+
+import json
+import ssl
+from dataclasses import dataclass
+from email.message import EmailMessage
+from typing import Literal
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import aiosmtplib
+import httpx
+from pywebpush import WebPusher  # type: ignore[import-untyped]
+
+from backend.services.notify.addresses import AddressGuard, AddressRefused
+from backend.services.notify.keys import PushKeys
+
+Outcome = Literal["delivered", "retry", "gone", "failed", "refused"]
+
+
+def _by_status(status: int, *, gone_means_gone: bool) -> Outcome:
+    if 200 <= status < 300:
+        return "delivered"
+    if gone_means_gone and status in (404, 410):
+        return "gone"
+    if status == 429 or status >= 500:
+        return "retry"
+    return "failed"  # a 3xx is not followed: the address it names is not checked
+
+
+class PushSender:
+    def __init__(self, *, keys: PushKeys, guard: AddressGuard, http: httpx.AsyncClient) -> None:
+        self._keys = keys
+        self._guard = guard
+        self._http = http
+
+    async def send(
+        self,
+        *,
+        endpoint: str,
+        p256dh: str,
+        auth: str,
+        payload: dict[str, object],
+        topic: str | None,
+        ttl_s: int,
+    ) -> tuple[Outcome, int | None]:
+        subscription = {"endpoint": endpoint, "keys": {"p256dh": p256dh, "auth": auth}}
+        data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+        try:
+            body = WebPusher(subscription).encode(data, "aes128gcm")["body"]
+        except Exception:  # keys a browser would never send: nothing can be encrypted
+            return "failed", None
+        headers = {
+            "Content-Type": "application/octet-stream",
+            "Content-Encoding": "aes128gcm",
+            # pywebpush's default is 0: dropped at once by a push service when the phone
+            # is offline. Never 0.
+            "TTL": str(max(ttl_s, 60)),
+            "Urgency": "high",
+            "Authorization": self._keys.authorization(endpoint),
+        }
+        if topic:
+            headers["Topic"] = topic
+        try:
+            response = await self._guard.send(self._http, endpoint, content=body, headers=headers)
+        except AddressRefused:
+            return "refused", None
+        except httpx.HTTPError:
+            return "retry", None
+        return _by_status(response.status_code, gone_means_gone=True), response.status_code
+
+
+class NtfySender:
+    def __init__(self, *, guard: AddressGuard, http: httpx.AsyncClient) -> None:
+        self._guard = guard
+        self._http = http
+
+    async def send(
+        self, *, url: str, body: str, headers: dict[str, str]
+    ) -> tuple[Outcome, int | None]:
+        try:
+            response = await self._guard.send(
+                self._http, url, content=body.encode(), headers=headers
+            )
+        except AddressRefused:
+            return "refused", None
+        except httpx.HTTPError:
+            return "retry", None
+        return _by_status(response.status_code, gone_means_gone=False), response.status_code
+
+
+@dataclass(frozen=True, slots=True)
+class SmtpConfig:
+    """SMTP_URL: `smtp://user:pass@host:port` (plain; `?starttls=true` to upgrade),
+    `smtps://...` (TLS from the start)."""
+
+    host: str
+    port: int
+    username: str | None
+    password: str | None
+    use_tls: bool
+    start_tls: bool
+
+    @classmethod
+    def from_url(cls, url: str) -> "SmtpConfig":
+        parts = urlsplit(url)
+        if parts.scheme not in ("smtp", "smtps") or not parts.hostname:
+            raise ValueError("SMTP_URL must be smtp://[user:pass@]host[:port] or smtps://...")
+        query = parse_qs(parts.query)
+        start_tls = query.get("starttls", ["false"])[0].lower() in ("1", "true", "yes")
+        use_tls = parts.scheme == "smtps"
+        default_port = 465 if use_tls else 587 if start_tls else 25
+        return cls(
+            host=parts.hostname,
+            port=parts.port or default_port,
+            username=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password else None,
+            use_tls=use_tls,
+            start_tls=start_tls,
+        )
+
+
+class Mailer:
+    def __init__(self, config: SmtpConfig, *, mail_from: str, timeout_s: float) -> None:
+        self._config = config
+        self.mail_from = mail_from
+        self._timeout_s = timeout_s
+        self._tls = ssl.create_default_context()
+
+    async def send(self, message: EmailMessage, *, to: str) -> tuple[Outcome, int | None]:
+        config = self._config
+        try:
+            await aiosmtplib.send(
+                message,
+                sender=self.mail_from,
+                recipients=[to],
+                hostname=config.host,
+                port=config.port,
+                username=config.username,
+                password=config.password,
+                use_tls=config.use_tls,
+                # Explicitly: aiosmtplib would otherwise upgrade whenever offered.
+                start_tls=config.start_tls,
+                tls_context=self._tls if config.use_tls or config.start_tls else None,
+                timeout=self._timeout_s,
+            )
+        except aiosmtplib.SMTPRecipientsRefused as refused:
+            codes = [error.code for error in refused.recipients]
+            return ("failed" if all(code >= 500 for code in codes) else "retry"), codes[0]
+        except aiosmtplib.SMTPResponseException as error:
+            return ("failed" if error.code >= 500 else "retry"), error.code
+        except (aiosmtplib.SMTPException, OSError, TimeoutError):
+            return "retry", None
+        return "delivered", 250

@@ -127,6 +127,7 @@ EXPECTED: dict[str, list[str | tuple[str, int]]] = {
         'I\'ll remember: \\"My dentist is Dr. Lee\\"',
         'From memory (you told me): \\"My dentist is Dr. Lee\\".',
         "I don't remember anything about you yet.",
+    ],
     "docs/notifications.md": [
         '"reminders":["push"]',
         '"quiet_hours":{"start":"22:00"',

@@ -76,6 +76,8 @@ CASES = {
         held=True,
     ),
     "null approvals": Case({"message": "hello", "approvals": None}, 200),
+    "a temporary turn": Case({"message": "hello", "temporary": True}, 200),
+    "temporary that is no boolean": Case({"message": "hello", "temporary": "maybe"}, 422),
     "approvals without a session": Case(
         {"approvals": [{"id": APPROVAL, "approved": True}]}, 422, held=True
     ),

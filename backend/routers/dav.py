@@ -4,7 +4,8 @@ none of it belongs in the OpenAPI document."""
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Match, Route
+from starlette.types import Scope
 
 from backend.context import AppContext
 from backend.errors import DomainError, PayloadTooLarge
@@ -59,10 +60,20 @@ async def dav(request: Request) -> Response:
     return Response(answer.body, answer.status, headers=answer.headers)
 
 
+class _PropfindOnly(Route):
+    """A route that other methods do not see at all: GET / stays the page's, or a 404 where
+    there is no page, rather than this route's 405."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if scope.get("method") != "PROPFIND":
+            return Match.NONE, {}
+        return super().matches(scope)
+
+
 routes: list[BaseRoute] = [
     Route("/.well-known/caldav", well_known, methods=["GET", "HEAD", "PROPFIND", "OPTIONS"]),
     # A client given only the server's address asks its root first (the page keeps GET).
-    Route("/", well_known, methods=["PROPFIND"]),
+    _PropfindOnly("/", well_known, methods=["PROPFIND"]),
     Route("/dav", dav, methods=METHODS),
     Route("/dav/{path:path}", dav, methods=METHODS),
 ]

@@ -8,8 +8,9 @@ Revises: 0017
 the service does not model) are held like tasks: members read them, owners and editors
 write them.
 
-`tasks_dav_track`, after every change of a task, bumps its list's counter and gives the
-task's item that revision: its ETag, and what `sync-collection` reports after a token.
+`tasks_dav_track` (the trigger `tasks_track_dav`, the last to fire), after every change of
+a task, bumps its list's counter and gives the task's item that revision: its ETag, and
+what `sync-collection` reports after a token.
 The counter row is locked until commit, so one list's changes commit in the order of their
 revisions and a token never skips a change still in flight. A task leaving a list (trash,
 purge, a move) leaves a tombstone there (`deleted`), which a client syncing from an older
@@ -185,8 +186,11 @@ def upgrade() -> None:
     )
     for function in (_BUMP, _TRACK):
         op.execute(function)
+    # Named to fire after every other trigger on tasks (PostgreSQL fires them by name): the
+    # list's counter is then the last lock a change takes, after the users' rows that
+    # numbering and events lock, so concurrent writes never wait on each other in a cycle.
     op.execute(
-        "CREATE TRIGGER tasks_dav_track AFTER INSERT OR UPDATE OR DELETE ON tasks "
+        "CREATE TRIGGER tasks_track_dav AFTER INSERT OR UPDATE OR DELETE ON tasks "
         "FOR EACH ROW EXECUTE FUNCTION tasks_dav_track()"
     )
     for signature in _DEFINERS:
@@ -204,7 +208,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute("DROP TRIGGER tasks_dav_track ON tasks")
+    op.execute("DROP TRIGGER tasks_track_dav ON tasks")
     for signature in reversed(_DEFINERS):
         op.execute(f"DROP FUNCTION {signature}")
     for table in ("dav_items", "dav_collections", "dav_sign_ins", "app_passwords"):

@@ -420,12 +420,19 @@ async def test_a_reminder_reaches_firefox_by_push_and_done_completes_it(
     await until(subscribed, timeout_s=30, message="the page did not subscribe")
     push_endpoint = f"http://127.0.0.1:{push_service.http_port}/push/"
 
-    soon = (datetime.now(UTC) + timedelta(seconds=2)).isoformat()
     async with httpx.AsyncClient(base_url=f"{server.url}/api/{user}", timeout=30) as api:
         api.headers["Authorization"] = f"Bearer {token}"
-        listed = (await api.get("/push/subscriptions")).json()
-        listed = listed["data"] if isinstance(listed, dict) else listed
-        assert [s["endpoint"].startswith(push_endpoint) for s in listed] == [True]
+
+        # The page says "on" as soon as this browser holds a subscription; one an earlier test
+        # left (for another key) is replaced on sign-in, and the service hears of the new one
+        # when Firefox's push service has answered.
+        async def at_the_service() -> bool:
+            listed = (await api.get("/push/subscriptions")).json()
+            listed = listed["data"] if isinstance(listed, dict) else listed
+            return [s["endpoint"].startswith(push_endpoint) for s in listed] == [True]
+
+        await until(at_the_service, timeout_s=30, message="the service never got the subscription")
+        soon = (datetime.now(UTC) + timedelta(seconds=2)).isoformat()
         made = await api.post("/tasks", json={"title": "Water the plants", "remind_at": soon})
         assert made.status_code == 201
         task = made.json()
@@ -433,18 +440,14 @@ async def test_a_reminder_reaches_firefox_by_push_and_done_completes_it(
         assert shown, "the reminder's push was not shown"
         assert [a[0] for a in shown[0]["actions"]] == ["done", "snooze"]
 
-        # Done, as the notification's button does it: the worker POSTs the token, no sign-in.
-        realms = (await firefox.send("script.getRealms", {"type": "service-worker"}))["realms"]
-        worker = next(r["realm"] for r in realms if r.get("origin", "").endswith("/sw.js"))
+        # Done, as the notification's button does it: its token POSTed alone, no sign-in
+        # (what the worker's act() sends is checked in Chromium, tests/test_web_browser.py;
+        # headless Firefox offers no way to press a notification's button, and it stops an
+        # idle worker under WebDriver BiDi's feet).
         data = shown[0]["data"]
-        pressed = f"act('done', {json.dumps(data['tokens']['done'])}, {json.dumps(data)})"
-        done = await firefox.send(
-            "script.evaluate",
-            {
-                "expression": pressed,
-                "target": {"realm": worker},
-                "awaitPromise": True,
-            },
-        )
-        assert done["type"] == "success", done
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as anyone:
+            done = await anyone.post(
+                "/notifications/actions", json={"token": data["tokens"]["done"]}
+            )
+        assert done.status_code == 200, done.text
         assert (await api.get(f"/tasks/{task['id']}")).json()["completed"] is True

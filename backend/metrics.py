@@ -15,6 +15,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+# A process a worker starts as the server goes away (multiprocessing's spawn of a document
+# reader imports this module again) may find the metrics directory already removed: it
+# keeps its metrics in memory then, rather than failing to start. Before prometheus_client
+# is imported, since it picks its storage at import time.
+if (_given := os.environ.get("PROMETHEUS_MULTIPROC_DIR")) and not os.path.isdir(_given):
+    del os.environ["PROMETHEUS_MULTIPROC_DIR"]
+
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,

@@ -242,6 +242,8 @@ async def push_service() -> AsyncIterator[MozillaPushService]:
 @pytest.fixture(scope="module")
 async def firefox(push_service: MozillaPushService) -> AsyncIterator[Firefox]:
     if not (FIREFOX.is_file() and os.access(FIREFOX, os.X_OK)):
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and {FIREFOX} is missing (.ci/run installs firefox-esr)")
         print(f"\n*** SKIPPING the Firefox push tests: {FIREFOX} is missing ***")
         pytest.skip(
             f"FIREFOX PUSH TESTS SKIPPED: {FIREFOX} is missing (apt-get install firefox-esr)"

@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# caldav-server-tester and its caldav 3.x, apart from the environment (see the file).
+DAV_TESTER := tests/dav_clients/server-tester.txt
 
 # Node programs the tests drive (tests/js/*) and the typed client (clients/*): each keeps a
 # committed package.json and lockfile and is installed with `npm ci`. Without npm this says
@@ -12,10 +14,12 @@ JS_STAMPS := $(addsuffix /node_modules/.installed,$(JS_DIRS))
 
 .PHONY: run test test-embedded lint format bench migrate clean js client
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt $(DAV_TESTER)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	rm -rf $(VENV)/dav-tester
+	$(BIN)/python -m pip install --quiet --no-deps --target $(VENV)/dav-tester -r $(DAV_TESTER)
 	touch $(STAMP)
 
 %/node_modules/.installed: %/package.json %/package-lock.json

@@ -8,6 +8,7 @@ runs this module on it too)."""
 from importlib import import_module
 from typing import Any
 
+import httpx
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -17,6 +18,8 @@ from sqlmodel import SQLModel
 
 import backend.models  # noqa: F401  (registers the tables)
 from backend.migrations import alembic_config, current_revision, declared, head_revision
+from tests.conftest import auth
+from tests.factories import make_task
 
 _vectors = import_module("backend.alembic.versions.0012_passage_vectors")
 
@@ -71,3 +74,24 @@ async def test_the_latest_migrations_go_down_to_0001_and_up_again(engine: AsyncE
         assert await connection.run_sync(_differences) == []
         assert await current_revision(connection) == head_revision()
         assert await connection.run_sync(_vectors_where_pgvector_is) == (available, available)
+
+
+async def test_0022_gives_none_back_to_the_tasks_caldav_marked_without_priority(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    unset = await make_task(client, user="ada", title="No priority")
+    chosen = await make_task(client, user="ada", title="Medium", priority="medium")
+    marks = text(
+        "SELECT t.title, t.priority || ':' || i.priority_none::text"
+        " FROM tasks t JOIN dav_items i ON i.task_id = t.id"
+    )
+    async with engine.begin() as connection:
+        await connection.run_sync(_migrate, "downgrade", "0021")
+        assert {title: mark for title, mark in await connection.execute(marks)} == {
+            "No priority": "medium:true",
+            "Medium": "medium:false",
+        }
+        await connection.run_sync(_migrate, "upgrade", "head")
+    for task, priority in ((unset, "none"), (chosen, "medium")):
+        got = await client.get(f"/api/ada/tasks/{task['id']}", headers=auth("ada"))
+        assert got.json()["priority"] == priority

@@ -111,10 +111,6 @@ class DavItem(SQLModel, table=True):
     )
     # The client's properties and alarms the service does not model, as iCalendar lines.
     extra: str | None = None
-    # The client sent no PRIORITY (the task keeps the service's default until changed).
-    priority_none: bool = Field(
-        default=False, sa_column=Column(Boolean, nullable=False, server_default=text("false"))
-    )
 
 
 class AppPasswordCreate(SQLModel):

@@ -76,7 +76,7 @@ class ExportStep(_Part):
     number: int | None = PydanticField(default=None, description="The user's number for it.")
     title: Title
     description: Description | None = None
-    priority: Priority = "medium"
+    priority: Priority = "none"
     tags: Tags = PydanticField(default_factory=list)
     completed: bool = False
     completed_at: Instant | None = None

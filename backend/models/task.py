@@ -33,7 +33,9 @@ from backend.models._types import (
     Title,
 )
 
-Priority = Literal["low", "medium", "high"]
+# "none": no priority given (the default). A value, not NULL, so that a filter, an order
+# and a client all read one kind of thing; CalDAV sends it as no PRIORITY (docs/caldav.md).
+Priority = Literal["none", "low", "medium", "high"]
 StatusFilter = Literal["all", "pending", "completed"]
 DueFilter = Literal["overdue", "today", "week"]
 
@@ -45,7 +47,7 @@ TaskNumber = Annotated[int, PydanticField(ge=1, le=999_999_999)]
 class TaskBase(SQLModel):
     title: Title
     description: Description | None = None
-    priority: Priority = "medium"
+    priority: Priority = "none"
     tags: Tags = PydanticField(default_factory=list)
 
 
@@ -133,7 +135,7 @@ class Task(SQLModel, table=True):
             "due_at",
             postgresql_where=text("deleted_at IS NULL"),
         ),
-        CheckConstraint("priority IN ('low', 'medium', 'high')", name="ck_tasks_priority"),
+        CheckConstraint("priority IN ('none', 'low', 'medium', 'high')", name="ck_tasks_priority"),
         # A step is in its parent's list: the foreign key says so, with the list in it, and
         # moving the task moves its steps (ON UPDATE CASCADE). Deleting a task deletes its
         # steps. That a step has no steps of its own is a trigger of migration 0002
@@ -199,9 +201,7 @@ class Task(SQLModel, table=True):
     )
     completed_at: datetime | None = OptionalTimestamp()
     due_at: datetime | None = OptionalTimestamp()
-    priority: str = Field(
-        default="medium", max_length=6, sa_column_kwargs={"server_default": "medium"}
-    )
+    priority: str = Field(default="none", max_length=6, sa_column_kwargs={"server_default": "none"})
     tags: list[str] = Field(
         default_factory=list,
         sa_column=Column(ARRAY(String(32)), nullable=False, server_default=text("'{}'")),

@@ -25,6 +25,9 @@ from backend.models.user import User
 from backend.services import access, recurrence
 
 PRODID = "-//todo-agent//tasks//EN"
+# RFC 5545's PRIORITY for each priority; "none" has none (the property is left out, which
+# RFC 5545 reads as 0, undefined), so no app shows a task without one as medium.
+PRIORITY = {"high": 1, "medium": 5, "low": 9}
 _OWNER = text("SELECT todo_calendar_owner(:hashed)")
 # A timed task shows as a short event at its due time.
 TIMED_LENGTH = timedelta(minutes=30)
@@ -106,7 +109,8 @@ def _event(task: Task, tz: ZoneInfo) -> Event:
         event.add("dtend", due + TIMED_LENGTH)
     if task.tags:
         event.add("categories", task.tags)
-    event.add("priority", {"high": 1, "medium": 5, "low": 9}.get(task.priority, 5))
+    if task.priority in PRIORITY:
+        event.add("priority", PRIORITY[task.priority])
     if task.recurrence:
         event.add("rrule", vRecur.from_ical(rule_from(task, due, all_day, tz)))
     if task.remind_at is not None:

@@ -599,7 +599,7 @@ class TodoTools:
         data = TaskCreate(
             title=call.title,
             description=call.description,
-            priority=call.priority or "medium",
+            priority=call.priority or "none",
             tags=call.tags or [],
             list_id=await self._list_id(db, call.list) if call.list else None,
             parent_id=(parent.id or parent.number) if parent else None,

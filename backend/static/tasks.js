@@ -56,7 +56,7 @@ function taskItem(task, { step = false } = {}) {
   if (task.steps_total) {
     meta.append(el("span", { className: "progress", text: `${task.steps_done}/${task.steps_total} steps` }));
   }
-  if (task.priority !== "medium") meta.append(el("span", { className: `badge priority ${task.priority}`, text: task.priority }));
+  if (task.priority !== "none") meta.append(el("span", { className: `badge priority ${task.priority}`, text: task.priority }));
   const due = dueLabel(task);
   if (due) meta.append(el("span", { className: "due", text: `${overdue ? "Overdue · " : "Due "}${due}` }));
   if (task.recurrence_text) {

@@ -1630,10 +1630,10 @@ export interface components {
             description?: string | null;
             /**
              * Priority
-             * @default medium
+             * @default none
              * @enum {string}
              */
-            priority?: "low" | "medium" | "high";
+            priority?: "none" | "low" | "medium" | "high";
             /** Tags */
             tags?: string[];
             /**
@@ -1693,10 +1693,10 @@ export interface components {
             description?: string | null;
             /**
              * Priority
-             * @default medium
+             * @default none
              * @enum {string}
              */
-            priority?: "low" | "medium" | "high";
+            priority?: "none" | "low" | "medium" | "high";
             /** Tags */
             tags?: string[];
             /**
@@ -2374,7 +2374,7 @@ export interface components {
              * Priority
              * @enum {string}
              */
-            priority: "low" | "medium" | "high";
+            priority: "none" | "low" | "medium" | "high";
             /** Tags */
             tags: string[];
             /**
@@ -2436,10 +2436,10 @@ export interface components {
             description?: string | null;
             /**
              * Priority
-             * @default medium
+             * @default none
              * @enum {string}
              */
-            priority?: "low" | "medium" | "high";
+            priority?: "none" | "low" | "medium" | "high";
             /** Tags */
             tags?: string[];
             /** List Id */
@@ -2508,7 +2508,7 @@ export interface components {
              * Priority
              * @enum {string}
              */
-            priority: "low" | "medium" | "high";
+            priority: "none" | "low" | "medium" | "high";
             /** Tags */
             tags: string[];
             /**
@@ -2591,7 +2591,7 @@ export interface components {
              * Priority
              * @enum {string}
              */
-            priority: "low" | "medium" | "high";
+            priority: "none" | "low" | "medium" | "high";
             /** Tags */
             tags: string[];
             /**
@@ -2654,7 +2654,7 @@ export interface components {
              * Priority
              * @enum {string}
              */
-            priority?: "low" | "medium" | "high";
+            priority?: "none" | "low" | "medium" | "high";
             /** Tags */
             tags?: string[];
             /** Completed */
@@ -2758,7 +2758,7 @@ export interface components {
              * Priority
              * @enum {string}
              */
-            priority: "low" | "medium" | "high";
+            priority: "none" | "low" | "medium" | "high";
             /** Tags */
             tags: string[];
             /**
@@ -4229,7 +4229,7 @@ export interface operations {
             query?: {
                 status?: "all" | "pending" | "completed";
                 q?: string | null;
-                priority?: ("low" | "medium" | "high") | null;
+                priority?: ("none" | "low" | "medium" | "high") | null;
                 tag?: string | null;
                 due?: ("overdue" | "today" | "week") | null;
                 /** @description Only the steps of this task (number or UUID). */

@@ -2,8 +2,8 @@
 
 Out: SUMMARY, DESCRIPTION, DUE (a DATE for a date, a DATE-TIME in the person's zone
 otherwise), DTSTART + RRULE for a repeating task, a VALARM at its reminder, STATUS /
-COMPLETED / PERCENT-COMPLETE, PRIORITY (1 high, 5 medium, 9 low; none when the client sent
-none), CATEGORIES, RELATED-TO its task for a step, CREATED / LAST-MODIFIED / DTSTAMP, and
+COMPLETED / PERCENT-COMPLETE, PRIORITY (1 high, 5 medium, 9 low; none: no PRIORITY),
+CATEGORIES, RELATED-TO its task for a step, CREATED / LAST-MODIFIED / DTSTAMP, and
 whatever the client sent that the service does not model, as it sent it.
 
 In: the same, read into the fields of a task (`Incoming`); what the service does not model
@@ -20,11 +20,10 @@ from zoneinfo import ZoneInfo
 from icalendar import Alarm, Calendar, Component, Timezone, Todo, vRecur
 
 from backend.errors import DomainError
-from backend.models.task import Task
+from backend.models.task import Priority, Task
 from backend.services import recurrence
-from backend.services.calendar import PRODID, rule_from
+from backend.services.calendar import PRIORITY, PRODID, rule_from
 
-PRIORITY_OUT = {"high": 1, "medium": 5, "low": 9}
 # What the service reads from a VTODO (and writes back itself); every other property is
 # kept as the client sent it. DTSTART only when it carries a rule (else it is kept too).
 _MODELLED = {
@@ -61,12 +60,11 @@ class BadCalendar(DomainError):
 
 @dataclass(frozen=True, slots=True)
 class ItemMeta:
-    """What an item has besides its task: its UID, what the service does not model, and
-    whether the client gave no priority; and its parent's UID, for a step."""
+    """What an item has besides its task: its UID, what the service does not model, and its
+    parent's UID, for a step."""
 
     uid: str
     extra: str | None = None
-    priority_none: bool = False
     parent_uid: str | None = None
 
 
@@ -81,7 +79,7 @@ class Incoming:
     recurrence: str | None = None
     remind_at: datetime | None = None
     completed: bool = False
-    priority: str | None = None  # None: the client gave none
+    priority: Priority = "none"
     tags: list[str] = field(default_factory=list)
     parent_uid: str | None = None
     extra: str | None = None
@@ -167,8 +165,8 @@ def _todo(task: Task, meta: ItemMeta, tz: ZoneInfo) -> Todo:
         todo.add("completed", (task.completed_at or task.updated_at).astimezone(UTC))
     else:
         todo.add("status", "NEEDS-ACTION")
-    if not (meta.priority_none and task.priority == "medium"):
-        todo.add("priority", PRIORITY_OUT.get(task.priority, 5))
+    if task.priority in PRIORITY:
+        todo.add("priority", PRIORITY[task.priority])
     if task.tags:
         todo.add("categories", task.tags)
     if meta.parent_uid is not None:
@@ -299,14 +297,15 @@ def _value(todo: Component, name: str) -> date | datetime | None:
     return value
 
 
-def _priority(value: int) -> str | None:
+def _priority(value: int) -> Priority:
+    """RFC 5545's 1 (highest) to 9 (lowest) in the contract's three bands; 0 is none."""
     if 1 <= value <= 4:
         return "high"
     if value == 5:
         return "medium"
     if 6 <= value <= 9:
         return "low"
-    return None
+    return "none"
 
 
 def _categories(value: Any) -> list[str]:
@@ -381,9 +380,8 @@ def differences(incoming: Incoming, task: Task, tz: ZoneInfo) -> dict[str, Any]:
         changes["remind_at"] = None  # the client removed an alarm still ahead
     if incoming.completed != task.completed:
         changes["completed"] = incoming.completed
-    priority = incoming.priority or "medium"
-    if priority != task.priority:
-        changes["priority"] = priority
+    if incoming.priority != task.priority:
+        changes["priority"] = incoming.priority
     if list(dict.fromkeys(t.strip().lstrip("#").strip().lower() for t in incoming.tags)) != (
         task.tags
     ):

@@ -386,7 +386,6 @@ class Server:
             name=name,
             uid=incoming.uid if name is not None else None,
             extra=incoming.extra,
-            priority_none=incoming.priority is None,
         )
         return DavResponse(code, headers={"ETag": store.etag(revision)})
 
@@ -418,7 +417,7 @@ class Server:
             due_at=incoming.due,
             recurrence=incoming.recurrence,
             remind_at=incoming.remind_at,
-            priority=incoming.priority or "medium",  # type: ignore[arg-type]
+            priority=incoming.priority,
             tags=incoming.tags,
             list_id=None if parent_id is not None else found.list_id,
             parent_id=parent_id,

@@ -105,8 +105,7 @@ _PARENT = aliased(DavItem)
 
 
 def _items(list_id: uuid.UUID) -> Any:
-    """The list's live items: (task, name, revision, uid, extra, priority_none, parent
-    uid)."""
+    """The list's live items: (task, name, revision, uid, extra, parent uid)."""
     return (
         select(  # type: ignore[call-overload]
             Task,
@@ -114,7 +113,6 @@ def _items(list_id: uuid.UUID) -> Any:
             col(DavItem.revision),
             col(DavItem.uid),
             col(DavItem.extra),
-            col(DavItem.priority_none),
             col(_PARENT.uid),
         )
         .join(
@@ -134,8 +132,8 @@ def _items(list_id: uuid.UUID) -> Any:
 
 
 def _item(row: Any) -> Item:
-    task, name, revision, uid, extra, priority_none, parent_uid = row
-    return Item(task, name, revision, ItemMeta(uid, extra, priority_none, parent_uid))
+    task, name, revision, uid, extra, parent_uid = row
+    return Item(task, name, revision, ItemMeta(uid, extra, parent_uid))
 
 
 async def items(
@@ -199,7 +197,6 @@ async def claim(
     name: str | None,
     uid: str | None,
     extra: str | None,
-    priority_none: bool,
 ) -> int:
     """Give a task's item the name and UID the client chose (a tombstone of that name
     makes way) and what the client sent that the service does not model; its revision."""
@@ -212,7 +209,7 @@ async def claim(
                 or_(col(DavItem.task_id).is_(None), col(DavItem.task_id) != task_id),
             )
         )
-    values: dict[str, Any] = {"extra": extra, "priority_none": priority_none}
+    values: dict[str, Any] = {"extra": extra}
     if name is not None:
         values["name"] = name
     if uid is not None:

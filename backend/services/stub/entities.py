@@ -84,13 +84,15 @@ PRIORITY_CUES: tuple[tuple[str, Priority], ...] = (
     ("critical", "high"),
     ("medium priority", "medium"),
     ("normal priority", "medium"),
-    # Todoist's quick-add marks. It has four levels, the API three: p1 (Todoist's red,
-    # "urgent") is high and p2 medium; p3 and p4 (Todoist's "no priority", which someone
-    # who types it means as "not important") are low.
+    ("without a priority", "none"),
+    ("without priority", "none"),
+    ("no priority", "none"),
+    # Todoist's quick-add marks: p1 (Todoist's red, "urgent") is high, p2 medium, p3 low,
+    # and p4 is Todoist's own "no priority": none.
     ("p1", "high"),
     ("p2", "medium"),
     ("p3", "low"),
-    ("p4", "low"),
+    ("p4", "none"),
 )
 _CUE = "|".join(re.escape(cue) for cue, _ in PRIORITY_CUES)
 _LEAD = r"(?:(?:it'?s|it is|this is|that'?s|thats|very|really|super|quite|pretty|kinda|and)\s+)*"

@@ -59,7 +59,7 @@ _VAGUE = frozenset(
      "anything", "stuff", "thing", "things", "smth", "sth", "it", "that", "this", "about",
      "of", "a", "again"]
 )  # fmt: skip
-_RANK = {"high": 0, "medium": 1, "low": 2}
+_RANK = {"high": 0, "medium": 1, "low": 2, "none": 3}
 _DEFINITE = re.compile(r"(?:the|my)\s", re.IGNORECASE)  # "the vet": a task there may be
 _URGENT_SHOWN = 3
 
@@ -486,7 +486,10 @@ class Executor:
                 command.value.lower() if command.value.lower() in _RANK else None
             )
             if level is None:
-                return 'Priority can be high, medium or low, as in "Set task 2 to high priority".'
+                return (
+                    "Priority can be high, medium, low or none, as in"
+                    ' "Set task 2 to high priority" or "Remove the priority of task 2".'
+                )
             changes["priority"] = level
         elif command.field == "due":
             now = await self.now()
@@ -736,7 +739,7 @@ def _late(todo_: Mapping[str, Any], today: date) -> bool:
 def _urgency(todo_: Mapping[str, Any], today: date) -> tuple[bool, date, int, int]:
     """Overdue first, then by due date (none last), then by priority."""
     due = _due_date(todo_) or date.max
-    rank = _RANK.get(str(todo_.get("priority")), 1)
+    rank = _RANK.get(str(todo_.get("priority")), _RANK["none"])
     return (not _late(todo_, today), due, rank, int(todo_.get("number") or 0))
 
 

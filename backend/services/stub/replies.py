@@ -80,7 +80,7 @@ def day(todo: Mapping[str, Any]) -> str:
 
 def extras(todo: Mapping[str, Any]) -> str:
     notes = []
-    if todo.get("priority") in ("high", "low"):
+    if todo.get("priority") in ("high", "medium", "low"):
         notes.append(f"{todo['priority']} priority")
     if when := due(todo):
         notes.append(f"due {when}")

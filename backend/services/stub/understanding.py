@@ -184,6 +184,17 @@ _PRIORITY = _rx(
     r"(?:[- ]priority| prio| importance)?"
 )
 _PRIORITIZE = _rx(r"(?P<de>de-?)?prioriti[sz]e (?P<ref>.+)")
+# "remove the priority of task 2", "clear task 2's priority", "give it no priority".
+_PRIO = r"(?:priority|prio)"
+_CLEAR = r"(?:remove|clear|drop|delete|unset|reset|take off|take away)"
+_NO_PRIORITY = (
+    _rx(rf"{_CLEAR} (?:the |its |a )?{_PRIO}(?: (?:of|from|on|for) (?P<ref>.+))?"),
+    _rx(rf"{_CLEAR} (?P<ref>.+?)(?:'s|s')? {_PRIO}"),
+    _rx(
+        r"(?:make|mark|set|give|put|leave) (?P<ref>.+?)(?: as| to| at| with)?"
+        rf" (?:no|zero) {_PRIO}"
+    ),
+)
 # "task 3 is done", "the meeting task isn't finished", "task 2 is due friday".
 _IS_UNDONE = _rx(
     r"(?P<ref>.+?) (?:is not|isn't|is no longer|was not|wasn't)(?: yet)?"
@@ -294,7 +305,9 @@ _NEED_TO = _rx(
     r"|need to|have to|gotta|must)(?: really| just| also| definitely| probably)? "
 )
 
-_PRIORITY_VALUE = _rx(rf"(?:an? )?(?:(?:priority|prio):? )?{_LEVEL}(?:[- ]priority| prio)?")
+_PRIORITY_VALUE = _rx(
+    rf"(?:an? )?(?:(?:priority|prio):? )?{_LEVEL}(?:[- ]priority| prio)?|(?:no|zero) {_PRIO}|none"
+)
 
 # --- Parsing ----------------------------------------------------------------------------
 
@@ -774,7 +787,7 @@ def split_items(text: str, *, steps: bool = False) -> list[str]:
         pieces = [pieces[0]] + [
             p if p.split(" ", 1)[0].lower() in TASK_VERBS else f"{verb} {p}" for p in pieces[1:]
         ]
-    suffix = f", {level} priority" if level else ""
+    suffix = f", {level} priority" if level and level != "none" else ""
     return [p + suffix for p in pieces[:MAX_ITEMS]]
 
 
@@ -904,6 +917,12 @@ def _priority(match: re.Match[str]) -> Command | None:
     return None if ref is None else UpdateTask(ref, "priority", match["level"])
 
 
+def _no_priority(match: re.Match[str]) -> Command | None:
+    """A priority taken away; said of no task ("remove the priority"), of the one in view."""
+    ref = _ref(match) if match["ref"] else "it"
+    return None if ref is None else UpdateTask(ref, "priority", "none")
+
+
 def _prioritize(match: re.Match[str]) -> Command | None:
     ref = _ref(match)
     return None if ref is None else UpdateTask(ref, "priority", "low" if match["de"] else "high")
@@ -1000,6 +1019,7 @@ def _is_due(match: re.Match[str]) -> Command | None:
 # In order; a rule whose builder returns None lets the next one try.
 _VERB_RULES: list[tuple[re.Pattern[str], Rule]] = [
     (_UNDO, lambda _: Undo()),
+    *((pattern, _no_priority) for pattern in _NO_PRIORITY),
     (_SHOW_TRASH, lambda _: ShowTrash()),
     (_CREATE_LIST, lambda m: CreateList((m["name"] or m["name2"]).strip(" '\""))),
     (_UNASSIGN, lambda m: Assign(m["ref"], None)),

@@ -20,7 +20,7 @@ async def test_create_then_get_list_update_complete_delete(client: httpx.AsyncCl
     assert created["number"] == 1
     assert created["title"] == "Buy groceries"
     assert created["tags"] == ["home"]
-    assert created["priority"] == "medium"
+    assert created["priority"] == "none"
     assert created["completed"] is False
     assert created["created_at"] == created["updated_at"]
 

@@ -305,21 +305,75 @@ async def test_put_get_and_etags_follow_the_task_wherever_it_changes(
     assert [t["title"] for t in trash] == ["Call Mario"]
 
 
-async def test_a_task_made_anywhere_is_an_item_with_priority_none_kept(
+async def test_a_task_made_anywhere_is_an_item_with_its_priority(
     client: httpx.AsyncClient,
 ) -> None:
     task = await make_task(client, user="ada", title="Water plants", priority="low",
                            due_at="2030-03-01T09:30:00Z")  # fmt: skip
     dav = await dav_for(client, "ada")
-    inbox = task["list_id"]
-    got = await dav.request("GET", f"{dav.home()}{inbox}/{task['id']}.ics")
+    got = await dav.request("GET", f"{dav.home()}{task['list_id']}/{task['id']}.ics")
     assert got.status_code == 200
     assert "PRIORITY:9" in got.text
     assert "DUE:20300301T093000Z" in got.text
-    # A client's task without PRIORITY stays without one.
-    path = f"{dav.home()}{inbox}/nopri.ics"
-    assert (await dav.request("PUT", path, todo("nopri", "No priority"))).status_code == 201
-    assert "PRIORITY" not in (await dav.request("GET", path)).text
+
+
+async def test_a_task_made_without_a_priority_has_none_and_is_sent_without_priority(
+    client: httpx.AsyncClient,
+) -> None:
+    task = await make_task(client, user="ada", title="Unranked")
+    assert task["priority"] == "none"
+    dav = await dav_for(client, "ada")
+    got = await dav.request("GET", f"{dav.home()}{task['list_id']}/{task['id']}.ics")
+    assert got.status_code == 200
+    assert "PRIORITY" not in got.text
+
+
+async def priority_after_put(
+    client: httpx.AsyncClient, dav: Dav, path: str, uid: str, extra: str, **headers: str
+) -> tuple[str, httpx.Response]:
+    """What the REST API says the task's priority is after a client PUT it; its ICS."""
+    put = await dav.request("PUT", path, todo(uid, uid, extra), **headers)
+    assert put.status_code in (201, 204), put.text
+    tasks = (await client.get("/api/ada/tasks?q=" + uid, headers=auth("ada"))).json()["data"]
+    return tasks[0]["priority"], await dav.request("GET", path)
+
+
+@pytest.mark.parametrize(
+    ("sent", "priority", "sent_back"),
+    [
+        ("", "none", None),
+        ("PRIORITY:0\r\n", "none", None),
+        ("PRIORITY:5\r\n", "medium", "PRIORITY:5"),
+        ("PRIORITY:2\r\n", "high", "PRIORITY:1"),
+        ("PRIORITY:7\r\n", "low", "PRIORITY:9"),
+    ],
+)
+async def test_a_clients_priority_is_read_in_the_contracts_bands(
+    client: httpx.AsyncClient, sent: str, priority: str, sent_back: str | None
+) -> None:
+    dav = await dav_for(client, "ada")
+    inbox = (await lists_of(client, "ada"))[0]["id"]
+    got, item = await priority_after_put(client, dav, f"{dav.home()}{inbox}/p.ics", "pri", sent)
+    assert got == priority
+    if sent_back is None:
+        assert "PRIORITY" not in item.text
+    else:
+        assert sent_back in item.text
+
+
+async def test_a_client_clears_a_priority_with_priority_0_or_none(
+    client: httpx.AsyncClient,
+) -> None:
+    dav = await dav_for(client, "ada")
+    inbox = (await lists_of(client, "ada"))[0]["id"]
+    path = f"{dav.home()}{inbox}/c.ics"
+    got, item = await priority_after_put(client, dav, path, "clear", "PRIORITY:1\r\n")
+    assert got == "high"
+    for cleared in ("PRIORITY:0\r\n", "", "PRIORITY:3\r\n", ""):
+        got, item = await priority_after_put(
+            client, dav, path, "clear", cleared, If_Match=item.headers["ETag"]
+        )
+        assert got == ("high" if cleared == "PRIORITY:3\r\n" else "none")
 
 
 async def test_a_repeating_task_completed_by_a_client_makes_the_next_one_its_own_item(

@@ -76,6 +76,25 @@ def test_the_caldav_library_discovers_lists_creates_edits_and_completes_todos(
     assert by_title["Buy stamps (edited)"]["tags"] == ["errands"]
 
 
+def test_a_task_added_in_the_chat_or_rest_without_a_priority_reaches_the_caldav_library_without_one(
+    server: ServerProcess,
+) -> None:
+    password = password_for(server, "eve")
+    api(server, "POST", "/tasks", "eve", json={"title": "Post the letter"})
+    api(server, "POST", "/tasks", "eve", json={"title": "Book the vet", "priority": "medium"})
+    api(server, "POST", "/chat", "eve", json={"message": "add water the ferns"})
+    seen = caldav_steps(server, "eve", password, "priorities")
+    assert seen["priorities"] == {
+        "Post the letter": None,
+        "Book the vet": 5,
+        "Water the ferns": None,
+    }
+    tasks = api(server, "GET", "/tasks", "eve")["data"]
+    assert {task["title"]: task["priority"] for task in tasks} == {
+        "Post the letter": "none", "Book the vet": "medium", "Water the ferns": "none"
+    }  # fmt: skip
+
+
 def test_the_caldav_library_syncs_by_token_across_a_change_and_a_delete(
     server: ServerProcess,
 ) -> None:

@@ -410,6 +410,7 @@ async def test_the_calendar_feed_opens_in_calendar_parsers_with_the_right_events
         title="Yoga",
         due_at="2027-03-22T18:00:00",
         recurrence="FREQ=WEEKLY;BYDAY=MO",
+        priority="high",
     )
     done = await make_task(client, user="alice", title="Done", due_at="2027-03-12")
     await client.patch(f"/api/alice/tasks/{done['id']}/complete", headers=auth("alice"))
@@ -436,6 +437,9 @@ async def test_the_calendar_feed_opens_in_calendar_parsers_with_the_right_events
     [alarm] = dentist.walk("VALARM")
     assert alarm.decoded("TRIGGER") == timedelta(minutes=-30)
     assert str(events["Yoga"]["UID"]) == weekly["id"]
+    # A priority as RFC 5545 numbers it; a task without one has no PRIORITY (not medium).
+    assert events["Yoga"]["PRIORITY"] == 1
+    assert "PRIORITY" not in dentist
 
     # A calendar app expands the rule: Yoga every Monday at 18:00 Berlin time, DST included.
     window = recurring_ical_events.of(cal).between(date(2027, 3, 20), date(2027, 4, 10))

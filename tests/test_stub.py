@@ -605,6 +605,26 @@ async def test_priority_command_sets_the_priority(chat: Chat, message: str) -> N
     assert (await chat.todo(2))["priority"] == "high"
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        "remove the priority of task 2",
+        "clear task 2's priority",
+        "set task 2 to no priority",
+        "give task 2 no priority",
+        "set the priority of task 2 to none",
+    ],
+)
+async def test_a_priority_is_cleared_to_none(chat: Chat, message: str) -> None:
+    await add_tasks(chat, *FIVE)
+    await chat.say("make task 2 high priority")
+
+    reply = await chat.say(message)
+
+    assert reply == "Updated task 2: Dentist appointment."
+    assert (await chat.todo(2))["priority"] == "none"
+
+
 # --- Everything else --------------------------------------------------------------------
 
 

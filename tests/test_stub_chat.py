@@ -96,3 +96,11 @@ async def test_follow_ups_read_the_sessions_earlier_turns(client: httpx.AsyncCli
     assert "Marked task 1 as complete: Buy cow milk" in await say("the first one is done")
     # Another session has no "it" to refer to.
     assert (await say("mark it done", None)).startswith("Which task?")
+
+
+async def test_the_priority_of_the_task_just_added_is_removed(client: httpx.AsyncClient) -> None:
+    first = await chat(client, "add call the bank, urgent")
+    again = await chat(client, "remove the priority", session_id=first["session_id"])
+    assert again["response"] == "Updated task 1: Call the bank."
+    got = await client.get("/api/alice/tasks/1", headers=auth("alice"))
+    assert got.json()["priority"] == "none"

@@ -267,6 +267,7 @@ def test_reminders_before_the_due_time_are_read_and_taken_out(
         ("book flights p2 by friday", "book flights by friday", "medium"),
         ("p3 sort the photos", "sort the photos", "low"),
         ("tidy the shed p4", "tidy the shed", "none"),
+        ("pay the gas bill, no priority", "pay the gas bill", "none"),
         ("fix the p45 form", "fix the p45 form", None),
     ],
 )
@@ -394,6 +395,8 @@ def test_several_tasks_are_split_where_a_human_reads_several(text: str, items: l
             "the laundry can wait, make it low priority",
             [UpdateTask("the laundry", "priority", "low")],
         ),
+        ("remove the priority of task 2", [UpdateTask("task 2", "priority", "none")]),
+        ("remove the priority", [UpdateTask("it", "priority", "none")]),
         ("tomorrow I need to call the bank", [AddTask("call the bank tomorrow")]),
         ("Friday: call Al, email Bo", [AddTask("call Al Friday"), AddTask("email Bo Friday")]),
         ("move it to 9am", [UpdateTask("it", "due", "9am")]),

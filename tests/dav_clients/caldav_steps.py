@@ -1,8 +1,8 @@
 """The `caldav` library as a client program: `caldav_steps.py URL USER PASSWORD STEP...`
 signs in with the app password, finds the calendars from the server's root URL as the
 library does (a PROPFIND of the URL it is given, redirected to /dav/), runs each step
-and prints what it saw as JSON. Steps: discover, create, edit, complete, sync[=TOKEN],
-mkcalendar=NAME, write=CALENDAR."""
+and prints what it saw as JSON. Steps: discover, priorities, create, edit, complete,
+sync[=TOKEN], mkcalendar=NAME, write=CALENDAR."""
 
 import json
 import sys
@@ -39,6 +39,11 @@ def main(url: str, user: str, password: str, *steps: str) -> dict[str, Any]:
             seen["todos"] = [
                 str(todo.icalendar_component["SUMMARY"]) for todo in calendars[0].todos()
             ]
+        elif name == "priorities":  # each todo's PRIORITY as sent, null without one
+            seen["priorities"] = {
+                str(todo.icalendar_component["SUMMARY"]): todo.icalendar_component.get("PRIORITY")
+                for todo in calendar("Inbox").todos()
+            }
         elif name == "create":
             calendar("Inbox").add_todo(ical=vtodo("stamps-1", "Buy stamps", "DUE:20300501T120000Z"))
         elif name == "edit":

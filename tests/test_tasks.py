@@ -183,6 +183,8 @@ async def test_filters(client: httpx.AsyncClient) -> None:
     assert await titles(q="BILLS") == ["Pay bills", "Later"]
     assert await titles(q="%") == []
     assert await titles(priority="high") == ["Pay bills"]
+    assert await titles(priority="none") == ["Overdue report", "Soon", "Later"]
+    assert await titles(priority="medium") == []
     assert await titles(tag="Money") == ["Pay bills"]
     assert await titles(due="overdue") == ["Overdue report"]
     assert "Later" not in await titles(due="week")

@@ -102,9 +102,7 @@ async def test_a_task_changed_since_blocks_the_undo_and_nothing_is_undone(
     assert refused["detail"].startswith("Task 1 “Call dad” has changed since")
     assert await task_titles(agent_client) == ["Call dad", "Buy milk"]
     # Changed back by hand, it no longer stands in the way.
-    await agent_client.patch(
-        "/api/alice/tasks/1", json={"priority": "medium"}, headers=auth("alice")
-    )
+    await agent_client.patch("/api/alice/tasks/1", json={"priority": "none"}, headers=auth("alice"))
     await _undo(agent_client, turn["session_id"])
     assert await task_titles(agent_client) == ["Call mom"]
 

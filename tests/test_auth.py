@@ -511,10 +511,11 @@ async def test_rotated_key_is_picked_up_at_once(open_api: OpenApi, idp: JwksServ
 
 
 async def test_jwks_is_refetched_when_the_cache_expires(open_api: OpenApi, idp: JwksServer) -> None:
-    async with open_api(jwt_jwks_cache_s=0.3) as api:
+    # Long enough that two requests on a loaded machine (the whole suite) fall within it.
+    async with open_api(jwt_jwks_cache_s=2) as api:
         for _ in range(2):
             assert (await list_tasks(api, bearer(ED.sign(claims())))).status_code == 200
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(2.1)
         assert (await list_tasks(api, bearer(ED.sign(claims())))).status_code == 200
     assert idp.fetches == 2
 

@@ -203,6 +203,36 @@ async def test_a_turn_killed_after_its_tool_call_committed_is_finished_without_r
     assert taken_s < TAKEOVER_S + 5
 
 
+async def test_a_temporary_turn_taken_over_stays_temporary(
+    both: list[ServerProcess], model: FakeOpenAI, engine: AsyncEngine
+) -> None:
+    """The survivor never saw the request's `"temporary": true`; the lease it takes over
+    says so: its model call carries no memory, and a `remember` in it saves nothing."""
+    victim, survivor = both
+    async with httpx.AsyncClient(timeout=30) as http:
+        saved = await http.post(
+            f"{survivor.url}/api/{USER}/memories",
+            json={"text": "My dentist is Dr. Lee"},
+            headers=auth(USER),
+        )
+        assert saved.status_code == 201, saved.text
+    model.script(
+        delay(60, then=reply("never sent")),  # the victim's model call: it dies waiting
+        tool_calls(call("remember", {"text": "I like tea"})),  # the survivor's
+        reply("Not remembered: this chat is temporary."),
+    )
+    body = {"message": "remember that I like tea", "temporary": True}
+    await kill_mid_turn(victim, model, body, requests=1, key="temporary-1")
+    answer = await the_answer(survivor, body, "temporary-1")
+    assert answer.status_code == 200, answer.text
+    taken_over = model.requests[1].messages
+    assert "Dr. Lee" not in json.dumps(taken_over)
+    assert answer.json()["tool_results"][0]["result"]["status"] == "error"
+    async with engine.connect() as connection:
+        texts = (await connection.execute(text("SELECT text FROM memories"))).scalars().all()
+    assert texts == ["My dentist is Dr. Lee"]
+
+
 async def test_a_new_message_waits_for_the_dead_turn_to_be_finished_first(
     both: list[ServerProcess], model: FakeOpenAI, engine: AsyncEngine
 ) -> None:

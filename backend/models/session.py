@@ -72,6 +72,11 @@ class AgentSession(SQLModel, table=True):
     # lapsed still names its turn: another replica's sweeper takes it over and finishes it.
     lease_owner: uuid.UUID | None = None
     lease_expires_at: datetime | None = OptionalTimestamp()
+    # The turn that holds (or last held) the lease is temporary: it reads and writes no
+    # memory, whichever replica finishes it.
+    lease_temporary: bool = Field(
+        default=False, sa_column=Column(Boolean, nullable=False, server_default=text("false"))
+    )
     # How many times a turn of this session was taken over: each new attempt numbers its
     # stream's events after those of the attempts before it.
     takeovers: int = Field(

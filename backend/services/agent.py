@@ -240,6 +240,7 @@ class OpenAIAgentService:
                 session_id=session_id,
                 turn=(turn_id, left.reply_id),
                 semantic=self.semantic,
+                remembers=not resumed.temporary,
             ),
             assistant_message_id=left.reply_id,
             messages=[
@@ -349,6 +350,7 @@ class OpenAIAgentService:
                 memory_chars=0
                 if request.temporary
                 else memory_prompt.budget_chars(settings.agent_memory_tokens),
+                temporary=request.temporary,
             )
 
         if key is None:

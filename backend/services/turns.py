@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import JSON, BigInteger, String, bindparam, column, text
+from sqlalchemy import JSON, BigInteger, Boolean, String, bindparam, column, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -102,7 +102,8 @@ class Opening:
 _OPEN_TURN = Statement(
     text(
         "SELECT * FROM todo_open_turn(:owner, :session, :is_new, :chat, :turn, :lease,"
-        " :spacing, :tau, :timezone, :message, :content, :title, :adds, :limit, :memory)"
+        " :spacing, :tau, :timezone, :message, :content, :title, :adds, :limit, :memory,"
+        " :temporary)"
     )
 )
 # The user's session by its id or a client's chat id (the id first), and whether a turn
@@ -173,7 +174,9 @@ _RESUME = text(
            u.confirm,
            CASE WHEN u.tokens_day = CURRENT_DATE THEN u.tokens_used ELSE 0 END AS tokens_today,
            todo_history(:session, s.digest_seq, :want) AS history, s.digest, s.digest_seq,
-           todo_memories(:owner, :memory) AS memories,
+           -- A temporary turn (its lease says so) reads no memory, whoever takes it over.
+           todo_memories(:owner, CASE WHEN s.lease_temporary THEN 0 ELSE :memory END)
+               AS memories, s.lease_temporary AS temporary,
            (SELECT json_agg(a ORDER BY a.created_at) FROM (
                 SELECT p.id, p.message_id, p.tool_call_id, p.name, p.arguments, p.summary,
                        p.created_at, p.expires_at <= now() AS expired
@@ -193,6 +196,7 @@ _RESUME = text(
     column("digest_seq", BigInteger),
     column("held", JSON),
     column("memories", JSON),
+    column("temporary", Boolean),
 )
 _LAPSED = text("SELECT session_id, user_id, turn FROM todo_lapsed_turns(:want)")
 _NEXT_LAPSE = text("SELECT due, now FROM todo_next_lapse()")
@@ -309,6 +313,7 @@ async def open_turn(
     regenerate: bool = False,
     message_id: uuid.UUID | None = None,
     memory_chars: int = 0,
+    temporary: bool = False,
 ) -> Opening:
     """Start a turn: admit it, take (or create) the session, store the user message and
     read the messages after the session's fold position ending with it (up to twice
@@ -320,7 +325,8 @@ async def open_turn(
     answers it already had are shown to the model only as the tool calls they made (those
     happened; their words are what is being replaced). `message=None` without it stores
     nothing: the turn goes on from where the session is (answering held calls). The
-    person's memories come too, newest first, as many as `memory_chars` holds (0: none)."""
+    person's memories come too, newest first, as many as `memory_chars` holds (0: none).
+    A `temporary` turn's lease says so, for whichever replica takes the turn over."""
     interval, tau = _gcra(per_minute)
     message_id = message_id or uuid.uuid4()
     adds = message is not None and not regenerate
@@ -342,6 +348,7 @@ async def open_turn(
         "adds": adds,
         "limit": 2 * history,
         "memory": memory_chars,
+        "temporary": temporary,
     }
     row = await first_row(db, _OPEN_TURN, params)
     if row is None:
@@ -574,6 +581,7 @@ class Resumption:
     memories: list[dict[str, Any]]
     digest: str | None = None
     folded: int = 0
+    temporary: bool = False
 
 
 async def resume(
@@ -602,6 +610,7 @@ async def resume(
         memories=row.memories or [],
         digest=row.digest,
         folded=row.digest_seq,
+        temporary=row.temporary,
     )
 
 

@@ -1,7 +1,7 @@
 """a temporary turn stays temporary when another replica takes it over
 
-Revision ID: 0022
-Revises: 0021
+Revision ID: 0023
+Revises: 0022
 
 - `agent_sessions.lease_temporary`: whether the turn that holds (or last held) the
   session's lease is a temporary one (`"temporary": true`: it reads and writes no memory).
@@ -17,8 +17,8 @@ from importlib import import_module
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0022"
-down_revision: str | None = "0021"
+revision: str = "0023"
+down_revision: str | None = "0022"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -11,11 +11,11 @@ from typing import Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import aiosmtplib
-import httpx
 from pywebpush import WebPusher  # type: ignore[import-untyped]
 
-from backend.services.notify.addresses import AddressGuard, AddressRefused
+from backend.services.notify.addresses import AddressRefused
 from backend.services.notify.keys import PushKeys
+from backend.services.notify.outbound import SEND_ERRORS, Outbound
 
 Outcome = Literal["delivered", "retry", "gone", "failed", "refused"]
 
@@ -31,9 +31,8 @@ def _by_status(status: int, *, gone_means_gone: bool) -> Outcome:
 
 
 class PushSender:
-    def __init__(self, *, keys: PushKeys, guard: AddressGuard, http: httpx.AsyncClient) -> None:
+    def __init__(self, *, keys: PushKeys, http: Outbound) -> None:
         self._keys = keys
-        self._guard = guard
         self._http = http
 
     async def send(
@@ -64,31 +63,28 @@ class PushSender:
         if topic:
             headers["Topic"] = topic
         try:
-            response = await self._guard.send(self._http, endpoint, content=body, headers=headers)
+            status = await self._http.post(endpoint, content=body, headers=headers)
         except AddressRefused:
             return "refused", None
-        except httpx.HTTPError:
+        except SEND_ERRORS:
             return "retry", None
-        return _by_status(response.status_code, gone_means_gone=True), response.status_code
+        return _by_status(status, gone_means_gone=True), status
 
 
 class NtfySender:
-    def __init__(self, *, guard: AddressGuard, http: httpx.AsyncClient) -> None:
-        self._guard = guard
+    def __init__(self, *, http: Outbound) -> None:
         self._http = http
 
     async def send(
         self, *, url: str, body: str, headers: dict[str, str]
     ) -> tuple[Outcome, int | None]:
         try:
-            response = await self._guard.send(
-                self._http, url, content=body.encode(), headers=headers
-            )
+            status = await self._http.post(url, content=body.encode(), headers=headers)
         except AddressRefused:
             return "refused", None
-        except httpx.HTTPError:
+        except SEND_ERRORS:
             return "retry", None
-        return _by_status(response.status_code, gone_means_gone=False), response.status_code
+        return _by_status(status, gone_means_gone=False), status
 
 
 @dataclass(frozen=True, slots=True)

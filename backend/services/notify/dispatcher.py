@@ -39,6 +39,7 @@ logger = logging.getLogger("todo_agent.notify")
 
 CHANNEL = "todo_agent_notify"
 CONCURRENCY = 64
+LOW_WATER = CONCURRENCY // 2
 DIGEST_BATCH = 50
 # The longest sleep: a NOTIFY sent while the listening connection was being replaced is
 # lost, so look now and then anyway (three statements per replica a minute).
@@ -73,6 +74,7 @@ class NotifyDispatcher(BackgroundWorker):
         self._mail_from = settings.mail_from or "todo-agent@localhost"
         self._wakeup = asyncio.Event()
         self._sending: set[asyncio.Task[None]] = set()
+        self._backlog = False  # the last claim filled every free slot
         self._settlements = Settlements(database, on_retry=self._wakeup.set)
 
     def wake(self, _payload: str = "") -> None:
@@ -91,12 +93,13 @@ class NotifyDispatcher(BackgroundWorker):
             sleep_s = MAX_SLEEP_S
             try:
                 await self.plan_digests()
-                if await self.deliver_due() and len(self._sending) < CONCURRENCY:
-                    continue  # took a full batch: more may be due
-                async with self._database.system() as connection:
-                    next_s = await store.seconds_to_next(connection)
-                if next_s is not None:
-                    sleep_s = min(max(next_s, 0.01), MAX_SLEEP_S)
+                # When every free slot was filled, more may be due: the loop is woken when
+                # half the slots are free again (`_sent`), and claims that many at once.
+                if not await self.deliver_due():
+                    async with self._database.system() as connection:
+                        next_s = await store.seconds_to_next(connection)
+                    if next_s is not None:
+                        sleep_s = min(max(next_s, 0.01), MAX_SLEEP_S)
             except Exception:
                 logger.warning("notification round failed; trying again", exc_info=True)
                 sleep_s = 1.0
@@ -107,23 +110,25 @@ class NotifyDispatcher(BackgroundWorker):
 
     async def deliver_due(self) -> bool:
         """Claim what is due (as many as there are free slots) and start sending it; True
-        when every free slot was filled."""
+        when every free slot was filled. While that is so, nothing more is claimed until
+        half the slots are free: a claim per freed slot cost a round of statements per
+        send."""
+        if self._backlog and len(self._sending) > LOW_WATER:
+            return True
         free = CONCURRENCY - len(self._sending)
-        if free <= 0:
-            return False
         async with self._database.system() as connection:
             claimed = await store.claim(connection, batch=free, lease_s=self._lease_s)
         for delivery in claimed:
             task = asyncio.create_task(self._attempt(delivery))
             self._sending.add(task)
             task.add_done_callback(self._sent)
-        return len(claimed) == free
+        self._backlog = len(claimed) == free
+        return self._backlog
 
     def _sent(self, task: asyncio.Task[None]) -> None:
-        full = len(self._sending) >= CONCURRENCY
         self._sending.discard(task)
-        if full:
-            self._wakeup.set()  # a slot is free again: claim what waited for one
+        if self._backlog and len(self._sending) <= LOW_WATER:
+            self._wakeup.set()  # half the slots are free again: claim what waited for them
 
     async def _attempt(self, delivery: store.Claimed) -> None:
         metrics.not_counting_statements()

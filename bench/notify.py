@@ -97,11 +97,16 @@ async def _measure(
         deadline = time.monotonic() + (start - datetime.now(UTC)).total_seconds() + window_s
         while len(service.received) < reminders and time.monotonic() < deadline + 60:
             await asyncio.sleep(0.5)
-    lags = sorted(
-        received.at + offset - remind_at[received.headers["topic"]].timestamp()
-        for received in service.received
-        if received.headers.get("topic") in remind_at
-    )
+    # Each reminder's first push (a push sent again, after an answer that came too late,
+    # is counted apart: it arrived already).
+    first: dict[str, float] = {}
+    pushes = 0
+    for received in service.received:
+        topic = received.headers.get("topic")
+        if topic in remind_at:
+            pushes += 1
+            first[topic] = min(first.get(topic, received.at), received.at)
+    lags = sorted(at + offset - remind_at[topic].timestamp() for topic, at in first.items())
     if not lags:
         raise RuntimeError("no push arrived")
     p99 = lags[min(len(lags) - 1, int(len(lags) * 0.99))]
@@ -110,6 +115,7 @@ async def _measure(
         "window_s": window_s,
         "users": users,
         "pushes_arrived": len(lags),
+        "pushes_sent_again": pushes - len(lags),
         "lag_median_s": round(statistics.median(lags), 3),
         "lag_p99_s": round(p99, 3),
         "lag_max_s": round(lags[-1], 3),
@@ -144,7 +150,8 @@ def report(result: dict[str, Any], where: str) -> str:
             "",
             "| what | measured | target |",
             "| --- | ---: | --- |",
-            f"| pushes arrived | {result['pushes_arrived']} | all |",
+            f"| reminders whose push arrived | {result['pushes_arrived']} | all |",
+            f"| pushes that arrived twice | {result['pushes_sent_again']} | |",
             f"| `remind_at` to the push service, p99 | {result['lag_p99_s']} s "
             f"(median {result['lag_median_s']} s, max {result['lag_max_s']} s) | "
             f"<= {result['target_p99_s']} s: {verdict} |",

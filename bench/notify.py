@@ -83,7 +83,7 @@ async def _measure(
         # Made ahead of time, in one statement (creating them is not what is measured; the
         # database's triggers number them and announce their times as the service's
         # inserts do), due from `start` on.
-        start = datetime.now(UTC) + timedelta(seconds=20 + reminders / 200)
+        start = datetime.now(UTC) + timedelta(seconds=30 + reminders / 100)
         made = time.perf_counter()
         remind_at = await _make_reminders(url, users, reminders, start, window_s)
         made_s = time.perf_counter() - made

@@ -15,6 +15,7 @@ Writes bench/results/notify.{md,json}.
 
 import argparse
 import asyncio
+import os
 import statistics
 import time
 from collections.abc import Sequence
@@ -109,6 +110,12 @@ async def _measure(
     lags = sorted(at + offset - remind_at[topic].timestamp() for topic, at in first.items())
     if not lags:
         raise RuntimeError("no push arrived")
+    # The worst lag of the reminders due in each tenth of the window: a stall shows where.
+    worst = [0.0] * 10
+    for topic, at in first.items():
+        due = remind_at[topic]
+        tenth = min(9, int((due - start).total_seconds() * 10 / window_s))
+        worst[tenth] = max(worst[tenth], at + offset - due.timestamp())
     p99 = lags[min(len(lags) - 1, int(len(lags) * 0.99))]
     return {
         "reminders": reminders,
@@ -121,7 +128,10 @@ async def _measure(
         "lag_max_s": round(lags[-1], 3),
         "target_p99_s": TARGET_P99_S,
         "pass": len(lags) == reminders and p99 <= TARGET_P99_S,
+        "lag_max_by_tenth_s": [round(lag, 2) for lag in worst],
         "making_reminders_s": round(made_s, 1),
+        # Other work on the machine (the numbers are noisy when it is busy).
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
     }
 
 
@@ -157,6 +167,10 @@ def report(result: dict[str, Any], where: str) -> str:
             f"<= {result['target_p99_s']} s: {verdict} |",
             f"| `remind_at` to the reminder firing, p99 | {result['fired_p99_s']} s "
             f"(median {result['fired_median_s']} s) | |",
+            "",
+            "Worst lag of the reminders due in each tenth of the window (s): "
+            + ", ".join(str(lag) for lag in result["lag_max_by_tenth_s"])
+            + f". Load average at the end: {result['load_average_1m_at_end']} (2 cores).",
             "",
         ]
     )

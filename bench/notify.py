@@ -27,7 +27,15 @@ import httpx
 
 from backend.auth import create_token
 from backend.services.notify.keys import generate_private_key
-from bench.harness import Seeder, Server, asyncpg_dsn, one_service, write_results
+from bench.harness import (
+    Seeder,
+    Server,
+    asyncpg_dsn,
+    cpu_seconds,
+    one_service,
+    postgres_cpu,
+    write_results,
+)
 from tests.push_service import BrowserSubscription, FakePushService
 
 SECRET = "bench-secret-" + "x" * 40
@@ -93,11 +101,14 @@ async def _measure(
         print(
             f"{reminders} reminders made in {made_s:.0f} s, due from {start:%H:%M:%S}", flush=True
         )
+        service_cpu, database_cpu = cpu_seconds(server.pids()), postgres_cpu()
         # Arrival times on the monotonic clock, mapped to wall time once.
         offset = time.time() - time.monotonic()
         deadline = time.monotonic() + (start - datetime.now(UTC)).total_seconds() + window_s
         while len(service.received) < reminders and time.monotonic() < deadline + 60:
             await asyncio.sleep(0.5)
+        service_cpu = cpu_seconds(server.pids()) - service_cpu
+        database_cpu_s = await _database_cpu_since(url, database_cpu)
     # Each reminder's first push (a push sent again, after an answer that came too late,
     # is counted apart: it arrived already).
     first: dict[str, float] = {}
@@ -130,9 +141,28 @@ async def _measure(
         "pass": len(lags) == reminders and p99 <= TARGET_P99_S,
         "lag_max_by_tenth_s": [round(lag, 2) for lag in worst],
         "making_reminders_s": round(made_s, 1),
+        # CPU per reminder, whatever else runs: the service's process and its database
+        # backends, from the reminders' making to the last push.
+        "service_cpu_ms_per_reminder": round(1000 * service_cpu / reminders, 2),
+        "database_cpu_ms_per_reminder": round(1000 * database_cpu_s / reminders, 2),
         # Other work on the machine (the numbers are noisy when it is busy).
         "load_average_1m_at_end": round(os.getloadavg()[0], 2),
     }
+
+
+async def _database_cpu_since(url: str, before: dict[int, float]) -> float:
+    """CPU seconds the bench database's backends used since `before` (as
+    harness.database_cpu_since, from inside the event loop)."""
+    connection = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        rows = await connection.fetch(
+            "SELECT pid FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    finally:
+        await connection.close()
+    now = postgres_cpu()
+    return sum(now[row["pid"]] - before.get(row["pid"], 0.0) for row in rows if row["pid"] in now)
 
 
 def _firing(url: str) -> dict[str, Any]:
@@ -170,7 +200,10 @@ def report(result: dict[str, Any], where: str) -> str:
             "",
             "Worst lag of the reminders due in each tenth of the window (s): "
             + ", ".join(str(lag) for lag in result["lag_max_by_tenth_s"])
-            + f". Load average at the end: {result['load_average_1m_at_end']} (2 cores).",
+            + f". Load average at the end: {result['load_average_1m_at_end']}"
+            + f" ({os.cpu_count()} cores).",
+            f"CPU per reminder: the service {result['service_cpu_ms_per_reminder']} ms, its"
+            f" database backends {result['database_cpu_ms_per_reminder']} ms.",
             "",
         ]
     )

@@ -83,6 +83,14 @@ def _peer_gone(connection: socket.socket) -> bool:
         return True
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # A delivery loop opens up to 64 connections at once (a claimed batch); with the default
+    # backlog of 5 the kernel drops the rest, and their sends wait for SYN retransmits
+    # (seconds) or time out: a push service's stall, not the sender's.
+    request_queue_size = 128
+
+
 class FakePushService:
     def __init__(self) -> None:
         self.received: list[Received] = []
@@ -128,8 +136,7 @@ class FakePushService:
             def log_message(self, *_: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

@@ -6,9 +6,11 @@ acting on a task from the notification itself (docs/notifications.md).
 - `keys`: the VAPID key pair, and the key that signs action tokens.
 - `actions`: the signed, single-purpose tokens of Done, Snooze and one-click unsubscribe.
 - `messages`: how each kind (reminder, daily plan, test, code) reads on each channel.
-- `senders`: Web Push, mail and ntfy, each answering an outcome.
+- `senders`: Web Push, mail and ntfy, each answering an outcome; `outbound`: the HTTP
+  client of push and ntfy sends (aiohttp, through the address guard).
 - `schedule`: local times as instants (the plan's time, quiet hours' end).
 - `store` + `dispatcher`: the deliveries, one row per (notification, target), claimed with
   a lease and sent once after a success; the loop sleeps until the database wakes it.
+  `settling`: their outcomes, written in batches.
 - `service.Notifier`: what the app holds.
 """

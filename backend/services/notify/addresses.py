@@ -12,8 +12,6 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-import httpx
-
 from backend.errors import DomainError
 
 RESOLVE_TIMEOUT_S = 5.0
@@ -78,25 +76,6 @@ class AddressGuard:
         return Target(
             url=direct, host_header=host_header, server_name=host if scheme == "https" else None
         )
-
-    async def send(
-        self,
-        http: httpx.AsyncClient,
-        url: str,
-        *,
-        content: bytes,
-        headers: dict[str, str],
-    ) -> httpx.Response:
-        """POST `content` to `url`, on its checked address; redirects are not followed."""
-        target = await self.check(url)
-        sent = dict(headers)
-        if target.host_header is not None:
-            sent["Host"] = target.host_header
-        extensions = {"sni_hostname": target.server_name} if target.server_name else None
-        request = http.build_request(
-            "POST", target.url, content=content, headers=sent, extensions=extensions
-        )
-        return await http.send(request, follow_redirects=False)
 
 
 def _public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:

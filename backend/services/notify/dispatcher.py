@@ -6,7 +6,8 @@ A round claims what is due with a lease (store.claim: FOR UPDATE SKIP LOCKED, in
 statement), lets the connection go, and starts each send as a task of its own, at most
 CONCURRENCY at once, each within the send timeout: a slow or dead push service, mail
 server or ntfy server holds one slot for a few seconds, never the loop, another person's
-reminders or a chat turn. Each outcome is settled in a short transaction of its own:
+reminders or a chat turn. Outcomes are written in batches (settling.Settlements: one
+statement for all that finished while the last batch was written):
 delivered (never sent again), retry on WEBHOOK_RETRY_SCHEDULE_S (429, 5xx, no answer),
 gone (a push service's 404 or 410: the subscription and its deliveries are removed),
 failed. A reminder or daily plan due in the person's quiet hours is held to their end.
@@ -30,6 +31,7 @@ from backend.services.notify.actions import ActionSigner, Claims, expires_in, in
 from backend.services.notify.messages import Link, Rendered
 from backend.services.notify.schedule import digest_day, next_digest_at, quiet_until
 from backend.services.notify.senders import Mailer, NtfySender, Outcome, PushSender
+from backend.services.notify.settling import Settlements
 from backend.services.outbox.worker import BackgroundWorker
 from backend.settings import Settings
 
@@ -37,6 +39,7 @@ logger = logging.getLogger("todo_agent.notify")
 
 CHANNEL = "todo_agent_notify"
 CONCURRENCY = 64
+LOW_WATER = CONCURRENCY // 2
 DIGEST_BATCH = 50
 # The longest sleep: a NOTIFY sent while the listening connection was being replaced is
 # lost, so look now and then anyway (three statements per replica a minute).
@@ -71,6 +74,8 @@ class NotifyDispatcher(BackgroundWorker):
         self._mail_from = settings.mail_from or "todo-agent@localhost"
         self._wakeup = asyncio.Event()
         self._sending: set[asyncio.Task[None]] = set()
+        self._backlog = False  # the last claim filled every free slot
+        self._settlements = Settlements(database, on_retry=self._wakeup.set)
 
     def wake(self, _payload: str = "") -> None:
         self._wakeup.set()
@@ -80,6 +85,7 @@ class NotifyDispatcher(BackgroundWorker):
         for task in list(self._sending):
             task.cancel()
         await asyncio.gather(*self._sending, return_exceptions=True)
+        await self._settlements.drain()
 
     async def _run(self) -> None:
         while True:
@@ -87,12 +93,13 @@ class NotifyDispatcher(BackgroundWorker):
             sleep_s = MAX_SLEEP_S
             try:
                 await self.plan_digests()
-                if await self.deliver_due() and len(self._sending) < CONCURRENCY:
-                    continue  # took a full batch: more may be due
-                async with self._database.system() as connection:
-                    next_s = await store.seconds_to_next(connection)
-                if next_s is not None:
-                    sleep_s = min(max(next_s, 0.01), MAX_SLEEP_S)
+                # When every free slot was filled, more may be due: the loop is woken when
+                # half the slots are free again (`_sent`), and claims that many at once.
+                if not await self.deliver_due():
+                    async with self._database.system() as connection:
+                        next_s = await store.seconds_to_next(connection)
+                    if next_s is not None:
+                        sleep_s = min(max(next_s, 0.01), MAX_SLEEP_S)
             except Exception:
                 logger.warning("notification round failed; trying again", exc_info=True)
                 sleep_s = 1.0
@@ -103,23 +110,25 @@ class NotifyDispatcher(BackgroundWorker):
 
     async def deliver_due(self) -> bool:
         """Claim what is due (as many as there are free slots) and start sending it; True
-        when every free slot was filled."""
+        when every free slot was filled. While that is so, nothing more is claimed until
+        half the slots are free: a claim per freed slot cost a round of statements per
+        send."""
+        if self._backlog and len(self._sending) > LOW_WATER:
+            return True
         free = CONCURRENCY - len(self._sending)
-        if free <= 0:
-            return False
         async with self._database.system() as connection:
             claimed = await store.claim(connection, batch=free, lease_s=self._lease_s)
         for delivery in claimed:
             task = asyncio.create_task(self._attempt(delivery))
             self._sending.add(task)
             task.add_done_callback(self._sent)
-        return len(claimed) == free
+        self._backlog = len(claimed) == free
+        return self._backlog
 
     def _sent(self, task: asyncio.Task[None]) -> None:
-        full = len(self._sending) >= CONCURRENCY
         self._sending.discard(task)
-        if full:
-            self._wakeup.set()  # a slot is free again: claim what waited for one
+        if self._backlog and len(self._sending) <= LOW_WATER:
+            self._wakeup.set()  # half the slots are free again: claim what waited for them
 
     async def _attempt(self, delivery: store.Claimed) -> None:
         metrics.not_counting_statements()
@@ -179,21 +188,17 @@ class NotifyDispatcher(BackgroundWorker):
                 "outcome": outcome,
             },
         )
-        async with self._database.system() as connection:
-            if outcome == "gone" and delivery.subscription_id is not None:
+        if outcome == "gone" and delivery.subscription_id is not None:
+            async with self._database.system() as connection:
                 await store.forget_subscription(
                     connection, subscription_id=delivery.subscription_id
                 )
-                return
-            await store.settle(
-                connection,
-                delivery_id=delivery.id,
-                attempt=delivery.attempt,
-                outcome=outcome,
-                retry_s=retry_s,
+            return
+        self._settlements.add(
+            store.Settled(
+                id=delivery.id, attempt=delivery.attempt, outcome=outcome, retry_s=retry_s
             )
-        if retry_s is not None:
-            self._wakeup.set()  # due again sooner than the loop may sleep: let it look
+        )
 
     async def _send(self, delivery: store.Claimed) -> tuple[Outcome, int | None]:
         rendered = self._render(delivery)
@@ -213,7 +218,7 @@ class NotifyDispatcher(BackgroundWorker):
             verified = delivery.kind == "verify" or delivery.email_verified
             if self._mailer is None or rendered.mail is None or not address or not verified:
                 return "failed", None
-            return await self._mailer.send(messages.addressed(rendered.mail, address), to=address)
+            return await self._mailer.send(messages.addressed(rendered.mail(), address), to=address)
         if delivery.channel == "ntfy":
             if rendered.ntfy is None or not delivery.ntfy_url:
                 return "failed", None

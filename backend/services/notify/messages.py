@@ -3,10 +3,12 @@ address's verification code are kinds; each says how it reads as a push payload,
 and an ntfy post (None: it has nothing for that channel), and one sender sends them all."""
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from email.message import EmailMessage
 from email.utils import formataddr, make_msgid
+from functools import partial
 from html import escape
 from typing import Any
 from urllib.parse import quote
@@ -26,11 +28,12 @@ class Link:
 
 @dataclass(frozen=True, slots=True)
 class Rendered:
-    """A notification on one channel: the push JSON; the mail; ntfy's body and headers;
+    """A notification on one channel: the push JSON; the mail (made when asked for: a
+    MIME message costs more to build than a push costs to send); ntfy's body and headers;
     the push Topic (a later message with the same one replaces an earlier one)."""
 
     push: dict[str, Any] | None = None
-    mail: EmailMessage | None = None
+    mail: Callable[[], EmailMessage] | None = None
     ntfy: tuple[str, dict[str, str]] | None = None
     topic: str | None = None
 
@@ -76,12 +79,7 @@ def reminder(task: dict[str, Any], tz: ZoneInfo, context: Context) -> Rendered:
         push["title"] = push["task"]["title"] = push["title"][: len(push["title"]) // 2] + "…"
     label = f"#{number} {title}" if number is not None else title
     lines = [f"Reminder: {label}", body]
-    mail = _mail(
-        context,
-        subject=f"Reminder: {title}",
-        lines=lines,
-        url=url,
-    )
+    mail = partial(_mail, context, subject=f"Reminder: {title}", lines=lines, url=url)
     ntfy_headers = {
         "Title": _header(f"Reminder: {title}"),
         "Priority": "high",
@@ -104,7 +102,7 @@ def digest(lines: list[str], context: Context) -> Rendered:
     push = {"type": "digest", "title": "Today's plan", "body": body, "url": context.base_url}
     while len(json.dumps(push).encode()) > MAX_PUSH_BYTES:
         push["body"] = push["body"][: len(push["body"]) // 2] + "…"
-    mail = _mail(context, subject="Today's plan", lines=lines, url=context.base_url)
+    mail = partial(_mail, context, subject="Today's plan", lines=lines, url=context.base_url)
     headers = {"Title": "Today's plan", "Tags": "spiral_calendar", "Click": context.base_url}
     return Rendered(push=push, mail=mail, ntfy=(body, headers), topic="daily-plan")
 
@@ -112,7 +110,7 @@ def digest(lines: list[str], context: Context) -> Rendered:
 def test(context: Context) -> Rendered:
     text = "Notifications from todo-agent reach you here."
     push = {"type": "test", "title": "Test notification", "body": text, "url": context.base_url}
-    mail = _mail(context, subject="Test notification", lines=[text], url=context.base_url)
+    mail = partial(_mail, context, subject="Test notification", lines=[text], url=context.base_url)
     headers = {"Title": "Test notification", "Tags": "bell", "Click": context.base_url}
     return Rendered(push=push, mail=mail, ntfy=(text, headers), topic="test")
 
@@ -123,7 +121,9 @@ def verification(code: str, context: Context) -> Rendered:
         "Type it in todo-agent's settings to have reminders mailed to this address.",
         "It works for one hour. If you did not ask for it, ignore this mail.",
     ]
-    return Rendered(mail=_mail(context, subject=f"Your code: {code}", lines=lines, url=None))
+    return Rendered(
+        mail=partial(_mail, context, subject=f"Your code: {code}", lines=lines, url=None)
+    )
 
 
 def _mail(context: Context, *, subject: str, lines: list[str], url: str | None) -> EmailMessage:

@@ -1,6 +1,6 @@
-"""The three ways out: Web Push (RFC 8030, payload encrypted per RFC 8291 by pywebpush's
-encoder, VAPID per RFC 8292 by py-vapid), mail (aiosmtplib) and ntfy (an HTTP POST). Each
-send answers an Outcome: delivered, retry (429, 5xx, no answer), gone (a push service's
+"""The three ways out: Web Push (RFC 8030, payload encrypted per RFC 8291 by
+encryption.encrypt, VAPID per RFC 8292 by py-vapid), mail (aiosmtplib) and ntfy (an HTTP
+POST). Each send answers an Outcome: delivered, retry (429, 5xx, no answer), gone (a push service's
 404 or 410: the subscription is no more) or failed (anything else; not retried)."""
 
 import json
@@ -11,11 +11,11 @@ from typing import Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import aiosmtplib
-import httpx
-from pywebpush import WebPusher  # type: ignore[import-untyped]
 
-from backend.services.notify.addresses import AddressGuard, AddressRefused
+from backend.services.notify.addresses import AddressRefused
+from backend.services.notify.encryption import encrypt
 from backend.services.notify.keys import PushKeys
+from backend.services.notify.outbound import SEND_ERRORS, Outbound
 
 Outcome = Literal["delivered", "retry", "gone", "failed", "refused"]
 
@@ -31,9 +31,8 @@ def _by_status(status: int, *, gone_means_gone: bool) -> Outcome:
 
 
 class PushSender:
-    def __init__(self, *, keys: PushKeys, guard: AddressGuard, http: httpx.AsyncClient) -> None:
+    def __init__(self, *, keys: PushKeys, http: Outbound) -> None:
         self._keys = keys
-        self._guard = guard
         self._http = http
 
     async def send(
@@ -46,17 +45,16 @@ class PushSender:
         topic: str | None,
         ttl_s: int,
     ) -> tuple[Outcome, int | None]:
-        subscription = {"endpoint": endpoint, "keys": {"p256dh": p256dh, "auth": auth}}
         data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
         try:
-            body = WebPusher(subscription).encode(data, "aes128gcm")["body"]
-        except Exception:  # keys a browser would never send: nothing can be encrypted
+            body = encrypt(data, p256dh=p256dh, auth=auth)
+        except ValueError:  # keys a browser would never send: nothing can be encrypted
             return "failed", None
         headers = {
             "Content-Type": "application/octet-stream",
             "Content-Encoding": "aes128gcm",
-            # pywebpush's default is 0: dropped at once by a push service when the phone
-            # is offline. Never 0.
+            # A TTL of 0 (pywebpush's default) is dropped at once by a push service when the
+            # phone is offline. Never 0.
             "TTL": str(max(ttl_s, 60)),
             "Urgency": "high",
             "Authorization": self._keys.authorization(endpoint),
@@ -64,31 +62,28 @@ class PushSender:
         if topic:
             headers["Topic"] = topic
         try:
-            response = await self._guard.send(self._http, endpoint, content=body, headers=headers)
+            status = await self._http.post(endpoint, content=body, headers=headers)
         except AddressRefused:
             return "refused", None
-        except httpx.HTTPError:
+        except SEND_ERRORS:
             return "retry", None
-        return _by_status(response.status_code, gone_means_gone=True), response.status_code
+        return _by_status(status, gone_means_gone=True), status
 
 
 class NtfySender:
-    def __init__(self, *, guard: AddressGuard, http: httpx.AsyncClient) -> None:
-        self._guard = guard
+    def __init__(self, *, http: Outbound) -> None:
         self._http = http
 
     async def send(
         self, *, url: str, body: str, headers: dict[str, str]
     ) -> tuple[Outcome, int | None]:
         try:
-            response = await self._guard.send(
-                self._http, url, content=body.encode(), headers=headers
-            )
+            status = await self._http.post(url, content=body.encode(), headers=headers)
         except AddressRefused:
             return "refused", None
-        except httpx.HTTPError:
+        except SEND_ERRORS:
             return "retry", None
-        return _by_status(response.status_code, gone_means_gone=False), response.status_code
+        return _by_status(status, gone_means_gone=False), status
 
 
 @dataclass(frozen=True, slots=True)

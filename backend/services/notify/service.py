@@ -3,13 +3,12 @@ the delivery loop, built once from the settings."""
 
 import logging
 
-import httpx
-
 from backend.db import Database
 from backend.services.notify.actions import ActionSigner
 from backend.services.notify.addresses import AddressGuard
-from backend.services.notify.dispatcher import NotifyDispatcher
+from backend.services.notify.dispatcher import CONCURRENCY, NotifyDispatcher
 from backend.services.notify.keys import PushKeys, load_push_keys
+from backend.services.notify.outbound import Outbound
 from backend.services.notify.senders import Mailer, NtfySender, PushSender, SmtpConfig
 from backend.settings import ConfigError, Settings
 
@@ -40,19 +39,16 @@ class Notifier:
                 mail_from=settings.mail_from or "todo-agent@localhost",
                 timeout_s=settings.webhook_timeout_s,
             )
-        # Requests to push services and ntfy: never a redirect, every address checked.
-        self.http = httpx.AsyncClient(
-            timeout=settings.webhook_timeout_s,
-            follow_redirects=False,
-            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+        self.http = Outbound(
+            guard=self.guard, timeout_s=settings.webhook_timeout_s, connections=CONCURRENCY
         )
-        push = PushSender(keys=self.keys, guard=self.guard, http=self.http) if self.keys else None
+        push = PushSender(keys=self.keys, http=self.http) if self.keys else None
         self.dispatcher = NotifyDispatcher(
             settings,
             database,
             push=push,
             mailer=self.mailer,
-            ntfy=NtfySender(guard=self.guard, http=self.http),
+            ntfy=NtfySender(http=self.http),
             signer=self.signer,
         )
 
@@ -61,4 +57,4 @@ class Notifier:
         return self.mailer is not None
 
     async def close(self) -> None:
-        await self.http.aclose()
+        await self.http.close()

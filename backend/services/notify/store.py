@@ -26,13 +26,17 @@ _CLAIM = text(
     " LEFT JOIN push_subscriptions p ON p.id = c.subscription_id"
     " LEFT JOIN notification_settings s ON s.user_id = c.user_id"
 )
-# The outcome of attempt `attempt`; a stale one (the lease ran out and another replica
-# claimed the next attempt) changes nothing. A verification code is not kept once sent.
+# The outcomes of a batch of attempts, in one statement; a stale one (the lease ran out and
+# another replica claimed the next attempt) changes nothing. A verification code is not
+# kept once sent. (Sent in id order: two batches that meet, which only a run-out lease
+# makes possible, then tend to lock their rows in one order.)
 _SETTLE = text(
-    "UPDATE notify_deliveries SET due_at = CASE WHEN CAST(:retry_s AS float8) IS NULL"
-    " THEN NULL ELSE now() + make_interval(secs => :retry_s) END, outcome = :outcome,"
-    " payload = CASE WHEN kind = 'verify' AND :retry_s IS NULL THEN NULL ELSE payload END"
-    " WHERE id = :id AND attempts = :attempt"
+    "UPDATE notify_deliveries d SET due_at = CASE WHEN o.retry_s IS NULL"
+    " THEN NULL ELSE now() + make_interval(secs => o.retry_s) END, outcome = o.outcome,"
+    " payload = CASE WHEN d.kind = 'verify' AND o.retry_s IS NULL THEN NULL ELSE d.payload END"
+    " FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[]),"
+    " CAST(:outcomes AS text[]), CAST(:retry_s AS float8[])) AS o(id, attempt, outcome, retry_s)"
+    " WHERE d.id = o.id AND d.attempts = o.attempt"
 )
 # Held (quiet hours) or handed back (the process is stopping): due again at `until`, the
 # attempt not counted, as it did not happen.
@@ -82,16 +86,27 @@ async def claim(connection: AsyncConnection, *, batch: int, lease_s: float) -> l
     return [Claimed(*row) for row in rows]
 
 
-async def settle(
-    connection: AsyncConnection,
-    *,
-    delivery_id: int,
-    attempt: int,
-    outcome: str,
-    retry_s: float | None,
-) -> None:
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """The outcome of attempt `attempt` of delivery `id`; due again after `retry_s`, or
+    never (None)."""
+
+    id: int
+    attempt: int
+    outcome: str
+    retry_s: float | None
+
+
+async def settle_many(connection: AsyncConnection, settled: list[Settled]) -> None:
+    ordered = sorted(settled, key=lambda one: one.id)
     await connection.execute(
-        _SETTLE, {"id": delivery_id, "attempt": attempt, "outcome": outcome, "retry_s": retry_s}
+        _SETTLE,
+        {
+            "ids": [one.id for one in ordered],
+            "attempts": [one.attempt for one in ordered],
+            "outcomes": [one.outcome for one in ordered],
+            "retry_s": [one.retry_s for one in ordered],
+        },
     )
 
 

@@ -1,5 +1,5 @@
 """The three ways out: Web Push (RFC 8030, payload encrypted per RFC 8291 by
-encryption.encrypt, VAPID per RFC 8292 by py-vapid), mail (aiosmtplib) and ntfy (an HTTP
+http_ece (encryption.encrypt), VAPID per RFC 8292 by py-vapid), mail (aiosmtplib) and ntfy (an HTTP
 POST). Each send answers an Outcome: delivered, retry (429, 5xx, no answer), gone (a push service's
 404 or 410: the subscription is no more) or failed (anything else; not retried)."""
 

@@ -12,6 +12,7 @@ from backend.services.notify.dispatcher import NotifyDispatcher
 from backend.services.notify.keys import PushKeys, load_push_keys
 from backend.services.notify.senders import Mailer, NtfySender, PushSender, SmtpConfig
 from backend.settings import ConfigError, Settings
+from backend.tls import client_tls
 
 logger = logging.getLogger("todo_agent.notify")
 
@@ -45,6 +46,7 @@ class Notifier:
             timeout=settings.webhook_timeout_s,
             follow_redirects=False,
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+            verify=client_tls(),
         )
         push = PushSender(keys=self.keys, guard=self.guard, http=self.http) if self.keys else None
         self.dispatcher = NotifyDispatcher(

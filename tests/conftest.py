@@ -27,6 +27,9 @@ from backend.settings import Settings, normalize_database_url
 from tests import pgbouncer
 from tests.fake_openai import FakeOpenAI
 
+# The `browser` fixture (Chromium) of the modules that drive the page.
+pytest_plugins = ("tests.browser",)
+
 TEST_SECRET = "test-secret-" + "x" * 40
 TEST_MCP_STATE_SECRET = "test-mcp-state-secret-" + "x" * 40
 TEST_VAPID_PRIVATE_KEY = (

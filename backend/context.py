@@ -25,6 +25,7 @@ from backend.services.sweeper import TurnSweeper
 from backend.services.turn_streams import TurnStreams
 from backend.services.users import KnownUsers
 from backend.settings import Settings
+from backend.tls import client_tls
 
 logger = logging.getLogger("todo_agent.vectors")
 
@@ -53,7 +54,7 @@ class AppContext:
 
     @classmethod
     def create(cls, settings: Settings) -> "AppContext":
-        http = httpx.AsyncClient()
+        http = httpx.AsyncClient(verify=client_tls())
         database = Database(settings, on_statement=metrics.count_statement)
         events = EventHub(settings, database)
         turn_streams = TurnStreams(database, events)

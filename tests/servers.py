@@ -63,15 +63,20 @@ class ServerProcess:
                 self.command, env=self.env, cwd=self.cwd, stdout=output, stderr=subprocess.STDOUT
             )
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited with {self.process.returncode}: {self.logs()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
+        # One client for every ask: each new one loads the certificate authorities again,
+        # 60 ms of CPU taken from the starting server ten times a second.
+        with httpx.Client(timeout=1) as client:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(
+                        f"server exited with {self.process.returncode}: {self.logs()}"
+                    )
+                try:
+                    if client.get(f"{self.url}/health").status_code == 200:
+                        return self
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.1)
         self.kill()
         raise RuntimeError(f"server did not start: {self.logs()}")
 

@@ -9,6 +9,7 @@ statements it sends (simple queries and executes, BEGIN and COMMIT included).
 
 import asyncio
 import signal
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -69,10 +70,21 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
+async def _still(counter: StatementCounter, *, for_s: float = 1.0, timeout_s: float = 60) -> None:
+    """Wait until the replica has sent nothing for `for_s` seconds."""
+    deadline = time.monotonic() + timeout_s
+    seen, since = counter.total, time.monotonic()
+    while time.monotonic() - since < for_s:
+        assert time.monotonic() < deadline, "the replica never went quiet"
+        await asyncio.sleep(0.05)
+        if counter.total != seen:
+            seen, since = counter.total, time.monotonic()
+
+
 async def test_an_idle_replica_sends_the_database_almost_nothing(
     replicas: list[ServerProcess], counter: StatementCounter
 ) -> None:
-    await asyncio.sleep(5)  # past start-up's first rounds (and the catch-up on listening)
+    await _still(counter)  # past start-up's first rounds (and the catch-up on listening)
     before = counter.total
     await asyncio.sleep(WINDOW_S)
     sent = counter.total - before

@@ -6,8 +6,7 @@ import http.server
 import json
 import re
 import threading
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
@@ -18,7 +17,6 @@ import httpx
 import pytest
 from playwright.async_api import (
     Browser,
-    BrowserContext,
     Dialog,
     FilePayload,
     Locator,
@@ -31,7 +29,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from backend.auth import create_token
 from backend.models.session import AgentSession
-from tests.browser import ARTIFACTS, chromium
+from tests.browser import SHOTS, Arrive, Person, arrivals
 from tests.conftest import server_env
 from tests.fake_openai import FakeOpenAI, call, error, reply, tool_calls
 from tests.servers import ServerProcess, free_port, run_cli, until
@@ -39,7 +37,6 @@ from tests.test_erasure import ONLY_USER_DELETED, rows_naming
 
 RATE_LIMIT = 6
 BERLIN = ZoneInfo("Europe/Berlin")  # the browser's timezone in these tests
-SHOTS = ARTIFACTS / "web"
 
 
 @contextmanager
@@ -102,79 +99,13 @@ def server(
         yield process
 
 
-@pytest.fixture(scope="module")
-async def browser(server: ServerProcess) -> AsyncIterator[Browser]:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    async with chromium() as browser:
-        yield browser
-
-
-class Person:
-    """Someone at the page: signed in by name, with the API at hand to arrange things."""
-
-    def __init__(self, page: Page, server: ServerProcess, name: str) -> None:
-        self.page = page
-        self.server = server
-        self.name = name
-        self.user_id = ""
-        self.token = ""
-
-    async def sign_in(self, at: str | None = None) -> None:
-        """Open the page (or a link to it, `at`) and sign in by name."""
-        await self.page.goto(at or self.server.url)
-        await self.page.get_by_label("Your name").fill(self.name)
-        await self.page.get_by_role("button", name="Sign in").click()
-        await expect(self.page.locator("#who-name")).to_have_text(self.name)
-        # The task list drawn: the first API call is answered, so the user's row exists
-        # (tests that arrange data straight in the database rely on it).
-        await expect(self.page.locator("#task-count")).to_have_text(re.compile(r"\(\d+\)"))
-        saved = await self.page.evaluate("sessionStorage.getItem('todo-agent.session')")
-        self.token, self.user_id = json.loads(saved)["token"], json.loads(saved)["userId"]
-
-    async def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        async with httpx.AsyncClient(base_url=self.server.url, timeout=30) as client:
-            return await client.request(
-                method,
-                f"/api/{self.user_id}{path}",
-                headers={"Authorization": f"Bearer {self.token}"},
-                **kwargs,
-            )
-
-    async def send(self, text: str) -> None:
-        await self.page.get_by_label("Message").fill(text)
-        await self.page.get_by_label("Message").press("Enter")
-
-    async def shot(self, name: str) -> None:
-        await self.page.screenshot(path=SHOTS / f"{name}.png")
-
-
-Arrive = Callable[..., Awaitable[Person]]
-
-
 @pytest.fixture
 async def people(
     browser: Browser, server: ServerProcess, model: FakeOpenAI
 ) -> AsyncIterator[Arrive]:
-    """`await people("Alice", at=link)`: someone new (the server outlives the tables between
-    tests) in a Berlin-time browser context of their own, signed in by name."""
-    contexts: list[BrowserContext] = []
-    errors: list[str] = []
-
-    async def arrive(name: str, *, at: str | None = None) -> Person:
-        context = await browser.new_context(
-            viewport={"width": 1280, "height": 800}, timezone_id="Europe/Berlin"
-        )
-        contexts.append(context)
-        page = await context.new_page()
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        someone = Person(page, server, f"{name} {uuid.uuid4().hex[:8]}")
-        await someone.sign_in(at)
-        return someone
-
-    yield arrive
-    for context in contexts:
-        await context.close()
-    assert errors == [], errors  # no script error on any page
+    """`await people("Alice", at=link)`: someone new at the page, signed in by name."""
+    async with arrivals(browser, server, viewport={"width": 1280, "height": 800}) as arrive:
+        yield arrive
 
 
 @pytest.fixture

@@ -18,11 +18,11 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.async_api import Browser, BrowserContext, Dialog, Locator, Page, expect
+from playwright.async_api import Browser, Dialog, expect
 
 from backend.main import create_app
 from backend.settings import Settings
-from tests.browser import ARTIFACTS, chromium
+from tests.browser import Person, arrivals
 from tests.conftest import server_env
 from tests.fake_openai import FakeOpenAI, call, reply, tool_calls
 from tests.servers import ServerProcess, free_port, until
@@ -50,9 +50,6 @@ NOTIFICATIONS = "/api/{user_id}/notifications"
 
 def needs(path: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(path not in PATHS, reason=f"the service has no {path} yet")
-
-
-SHOTS = ARTIFACTS / "web"
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
@@ -140,66 +137,12 @@ def server(
         yield process
 
 
-@pytest.fixture(scope="module")
-async def browser(server: ServerProcess) -> AsyncIterator[Browser]:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    async with chromium() as browser:
-        yield browser
-
-
-class Person:
-    """Someone at the page, signed in by name, with the API at hand."""
-
-    def __init__(self, page: Page, server: ServerProcess, name: str) -> None:
-        self.page = page
-        self.server = server
-        self.name = name
-        self.user_id = ""
-        self.token = ""
-
-    async def sign_in(self) -> None:
-        await self.page.goto(self.server.url)
-        await self.page.get_by_label("Your name").fill(self.name)
-        await self.page.get_by_role("button", name="Sign in").click()
-        await expect(self.page.locator("#who-name")).to_have_text(self.name)
-        await expect(self.page.locator("#task-count")).to_have_text(re.compile(r"\(\d+\)"))
-        saved = json.loads(await self.page.evaluate("sessionStorage.getItem('todo-agent.session')"))
-        self.token, self.user_id = saved["token"], saved["userId"]
-
-    async def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        async with httpx.AsyncClient(base_url=self.server.url, timeout=30) as client:
-            return await client.request(
-                method,
-                f"/api/{self.user_id}{path}",
-                headers={"Authorization": f"Bearer {self.token}"},
-                **kwargs,
-            )
-
-    async def settings(self) -> Locator:
-        await self.page.get_by_role("button", name="Settings").click()
-        dialog = self.page.get_by_role("dialog", name="Settings")
-        await expect(dialog).to_be_visible()
-        return dialog
-
-    async def shot(self, name: str) -> None:
-        await self.page.screenshot(path=SHOTS / f"{name}.png", full_page=True)
-
-
 @pytest.fixture
 async def person(
     browser: Browser, server: ServerProcess, model: FakeOpenAI
 ) -> AsyncIterator[Person]:
-    context: BrowserContext = await browser.new_context(
-        viewport={"width": 1280, "height": 900}, timezone_id="Europe/Berlin"
-    )
-    errors: list[str] = []
-    page = await context.new_page()
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    someone = Person(page, server, f"Tester {uuid.uuid4().hex[:8]}")
-    await someone.sign_in()
-    yield someone
-    await context.close()
-    assert errors == [], errors  # no script error on the page
+    async with arrivals(browser, server, viewport={"width": 1280, "height": 900}) as arrive:
+        yield await arrive("Tester")
 
 
 def _items(answer: httpx.Response) -> list[dict[str, Any]]:
@@ -237,7 +180,7 @@ async def test_notification_settings_set_ntfy_the_daily_plan_and_quiet_hours_and
     await dialog.get_by_label("Until", exact=True).fill("06:45")
     await dialog.get_by_role("button", name="Save").click()
     await expect(dialog.get_by_role("status")).to_have_text("Saved.")
-    await person.shot("settings-notifications")
+    await person.shot("settings-notifications", full_page=True)
 
     held = (await person.api("GET", "/notifications")).json()
     assert held["ntfy"] == {"url": topic}
@@ -424,7 +367,7 @@ async def test_an_app_password_is_shown_once_with_the_server_and_username_then_r
     await expect(items.first.locator(".name")).to_have_text("Ada's <b>iPhone</b>")  # as text
     await expect(items.first).to_contain_text("read only")
     await expect(items.first).to_contain_text("never used")
-    await person.shot("settings-app-password")
+    await person.shot("settings-app-password", full_page=True)
 
     async with httpx.AsyncClient(timeout=10) as client:
         found = await client.request(
@@ -471,7 +414,7 @@ async def test_memories_are_listed_newest_first_edited_deleted_and_forgotten(
     dialog = await person.settings()
     memories = dialog.locator("#memory-list > li .text")
     await expect(memories).to_have_text(["My gate code is <b>4711</b>", "My dentist is Dr. Lee"])
-    await person.shot("settings-memories")
+    await person.shot("settings-memories", full_page=True)
 
     await dialog.get_by_role("button", name="Edit memory: My dentist is Dr. Lee").click()
     await dialog.get_by_label("Memory", exact=True).fill("My dentist is Dr. Ana Lee")
@@ -507,7 +450,7 @@ async def test_an_answer_that_saved_a_memory_says_remembered_and_undo_takes_it_b
     await expect(answer.locator(".activity")).to_contain_text("Remembered “My dentist is Dr. Lee”")
     held = (await person.api("GET", "/memories")).json()["data"]
     assert [m["text"] for m in held] == ["My dentist is Dr. Lee"]
-    await person.shot("chat-remembered")
+    await person.shot("chat-remembered", full_page=True)
 
     await answer.get_by_role("button", name="Undo the changes of this turn").click()
     await expect(answer.locator(".badge.undone")).to_be_visible()

@@ -34,6 +34,8 @@ from openai._models import FinalRequestOptions
 from openai._utils import get_async_library
 from openai._vendor.httpx_aiohttp.transport import AiohttpTransport, map_aiohttp_exceptions
 
+from backend.tls import client_tls
+
 _SET_BY_HTTPX = frozenset({b"host", b"content-length", b"transfer-encoding"})
 
 
@@ -175,7 +177,7 @@ class ModelClient(AsyncOpenAI):
         return f"AsyncOpenAI/Python {self._version}"  # as the SDK's own client says
 
     def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("http_client", ModelHttpClient())
+        kwargs.setdefault("http_client", ModelHttpClient(verify=client_tls()))
         super().__init__(**kwargs)
         self._merged_urls: dict[str, httpx2.URL] = {}
         self._built_headers: dict[tuple[Any, ...], httpx2.Headers] = {}

@@ -10,6 +10,7 @@ is made on first use, inside the running event loop (as aiohttp wants)."""
 import aiohttp
 
 from backend.services.notify.addresses import AddressGuard
+from backend.tls import client_tls
 
 # What a send may fail with short of an answer: retried (no connection, reset, timeout).
 SEND_ERRORS = (aiohttp.ClientError, TimeoutError)
@@ -46,7 +47,7 @@ class Outbound:
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(
-                limit=self._connections, limit_per_host=self._connections
+                limit=self._connections, limit_per_host=self._connections, ssl=client_tls()
             )
             self._session = aiohttp.ClientSession(
                 connector=connector, timeout=self._timeout, cookie_jar=aiohttp.DummyCookieJar()

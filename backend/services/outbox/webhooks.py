@@ -27,6 +27,7 @@ from backend.services.outbox import store
 from backend.services.outbox.store import StoredEvent
 from backend.services.outbox.worker import Alarm, Next, WakingWorker
 from backend.settings import Settings
+from backend.tls import client_tls
 
 logger = logging.getLogger("todo_agent.webhooks")
 
@@ -46,7 +47,9 @@ class WebhookDispatcher(WakingWorker):
         self._database = database
         self._source = source
         self.alarm = Alarm()
-        self._http = httpx.AsyncClient(timeout=self._timeout_s, follow_redirects=False)
+        self._http = httpx.AsyncClient(
+            timeout=self._timeout_s, follow_redirects=False, verify=client_tls()
+        )
 
     def wake(self, _user_id: str = "") -> None:
         self.alarm.wake()

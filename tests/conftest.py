@@ -30,6 +30,28 @@ from tests.fake_openai import FakeOpenAI
 # The `browser` fixture (Chromium) of the modules that drive the page.
 pytest_plugins = ("tests.browser",)
 
+# The longest modules (their servers, browsers and CLI processes), handed to the two
+# workers first (`--dist loadfile` hands modules out in the order collected): one of them
+# started last would keep a worker busy long after the other ran out of modules.
+_LONGEST_FIRST = (
+    "test_docs.py",
+    "test_web_browser.py",
+    "test_stub_utterances.py",
+    "test_chat_cli.py",
+    "test_webhooks.py",
+    "test_mcp.py",
+    "test_fault_injection.py",
+    "test_observability.py",
+    "test_ai_sdk.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Collect the longest modules first; the rest keep their order."""
+    rank = {name: n for n, name in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 TEST_SECRET = "test-secret-" + "x" * 40
 TEST_MCP_STATE_SECRET = "test-mcp-state-secret-" + "x" * 40
 TEST_VAPID_PRIVATE_KEY = (

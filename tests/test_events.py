@@ -262,7 +262,9 @@ async def test_last_event_id_resumes_without_loss_or_repeat_under_concurrent_wri
                 async for stream in open_stream(http, user, last_event_id=last):
                     for _ in range(7):
                         try:
-                            event = await stream.next(timeout_s=1)
+                            # Once the writers are done, quiet means quiet for 5 s (a
+                            # loaded machine may take more than 1 s to tell the last ones).
+                            event = await stream.next(timeout_s=5 if finished else 1)
                         except TimeoutError:
                             quiet = finished
                             break

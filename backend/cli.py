@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from backend import chat_cli
 from backend.logs import configure_logging
 from backend.metrics import MULTIPROC_DIR_ENV
 from backend.settings import ConfigError, Settings, load_settings
@@ -250,6 +249,10 @@ def users_erase(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # Here, not at the top: a document reader (services/documents/reading.py) imports this
+    # module again as its main one, and needs none of the terminal client's imports.
+    from backend import chat_cli
+
     parser = argparse.ArgumentParser(prog="todo-agent", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 

@@ -2,11 +2,15 @@
 
 import logging
 import math
+from typing import TYPE_CHECKING
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from sqlalchemy import exc as sa_exc
+# The errors themselves need nothing of the web framework or the database library: a
+# document reader (services/documents/reading.py, a process of its own) raises them and
+# imports this module without either. Rendering them does, and imports them where it does.
+if TYPE_CHECKING:
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+    from sqlalchemy.exc import DBAPIError
 
 logger = logging.getLogger("todo_agent.errors")
 
@@ -265,16 +269,21 @@ class TurnHandedOver(RetryLater):
         super().__init__(retry_after_s=2)
 
 
-def error_response(error: DomainError) -> JSONResponse:
+def error_response(error: DomainError) -> "JSONResponse":
+    from fastapi.responses import JSONResponse
+
     return JSONResponse({"detail": error.detail}, error.status_code, headers=error.headers)
 
 
-async def _domain_error(_: Request, error: Exception) -> JSONResponse:
+async def _domain_error(_: "Request", error: Exception) -> "JSONResponse":
     assert isinstance(error, DomainError)
     return error_response(error)
 
 
-async def _validation_error(_: Request, error: Exception) -> JSONResponse:
+async def _validation_error(_: "Request", error: Exception) -> "JSONResponse":
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+
     assert isinstance(error, RequestValidationError)
     # The ctx of a pydantic error may hold the exception object itself; keep it printable.
     details = [
@@ -284,20 +293,22 @@ async def _validation_error(_: Request, error: Exception) -> JSONResponse:
     return JSONResponse({"detail": details}, 422)
 
 
-def _refused_data_sqlstate(error: sa_exc.DBAPIError) -> str | None:
+def _refused_data_sqlstate(error: "DBAPIError") -> str | None:
     """The SQLSTATE when PostgreSQL (or the driver, encoding a parameter) refused a value:
     class 22, "data exception". asyncpg's come wrapped as plain DBAPIError, not DataError."""
     sqlstate = getattr(error.orig, "sqlstate", None)
     if isinstance(sqlstate, str) and sqlstate.startswith("22"):
         return sqlstate
-    return "22000" if isinstance(error, sa_exc.DataError) else None
+    from sqlalchemy.exc import DataError
+
+    return "22000" if isinstance(error, DataError) else None
 
 
 class AccountErased(Conflict):
     detail = "This account was erased while the request ran; send it again to start a new one."
 
 
-def _user_gone(error: sa_exc.DBAPIError) -> bool:
+def _user_gone(error: "DBAPIError") -> bool:
     """A row refused because the user it names is no longer in `users`: erased (by another
     process, which this one had not heard of yet) after the request began."""
     orig = error.orig
@@ -306,8 +317,11 @@ def _user_gone(error: sa_exc.DBAPIError) -> bool:
     )
 
 
-async def _database_error(request: Request, error: Exception) -> JSONResponse:
-    assert isinstance(error, sa_exc.DBAPIError)
+async def _database_error(request: "Request", error: Exception) -> "JSONResponse":
+    from fastapi.responses import JSONResponse
+    from sqlalchemy.exc import DBAPIError
+
+    assert isinstance(error, DBAPIError)
     if _user_gone(error):
         # Forget the user here too, so their next request makes the account anew.
         if (user_id := request.path_params.get("user_id")) is not None:
@@ -321,13 +335,18 @@ async def _database_error(request: Request, error: Exception) -> JSONResponse:
     return JSONResponse({"detail": "The request contains data that cannot be stored."}, 422)
 
 
-async def _unexpected(_: Request, error: Exception) -> JSONResponse:
+async def _unexpected(_: "Request", error: Exception) -> "JSONResponse":
+    from fastapi.responses import JSONResponse
+
     logger.exception("unhandled error", exc_info=error)
     return JSONResponse({"detail": "Internal server error."}, 500)
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: "FastAPI") -> None:
+    from fastapi.exceptions import RequestValidationError
+    from sqlalchemy.exc import DBAPIError
+
     app.add_exception_handler(DomainError, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(sa_exc.DBAPIError, _database_error)
+    app.add_exception_handler(DBAPIError, _database_error)
     app.add_exception_handler(Exception, _unexpected)

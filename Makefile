@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # caldav-server-tester and its caldav 3.x, apart from the environment (see the file).
 DAV_TESTER := tests/dav_clients/server-tester.txt
+# pytest-xdist workers for `make test` (see there).
+TEST_WORKERS ?= 4
 
 # Node programs the tests drive (tests/js/*) and the typed client (clients/*): each keeps a
 # committed package.json and lockfile and is installed with `npm ci`. Without npm this says
@@ -49,18 +51,22 @@ POOLED_TESTS := tests/test_pooler.py tests/test_tasks.py tests/test_chat.py \
 EMBEDDED_TESTS := tests/test_migrations.py tests/test_document_vectors.py \
 	tests/test_document_search.py tests/test_documents.py
 
-## The whole suite against real PostgreSQL (TEST_DATABASE_URL, else an embedded one), on two
-## workers, each with a database of its own; a module's tests stay together on one worker.
+## The whole suite against real PostgreSQL (TEST_DATABASE_URL, else an embedded one), on
+## TEST_WORKERS workers, each with a database of its own; a module's tests stay together on
+## one worker, handed out in the order tests/conftest.py gives them. Four on two
+## cores: much of the suite waits (on servers, browsers, timers, other processes), and a
+## module that waits leaves its core to another's; six contend for the CPU and run longer.
+## Four workers hold at most about 50 of PostgreSQL's connections (its default allows 100).
 ## Then POOLED_TESTS again through PgBouncer, and EMBEDDED_TESTS on the embedded PostgreSQL
 ## when TEST_DATABASE_URL named another (without it the whole suite ran there already).
 test: $(STAMP) $(JS_STAMPS)
-	$(BIN)/python -m pytest -n 2 --dist loadfile
-	TEST_THROUGH_PGBOUNCER=1 $(BIN)/python -m pytest -n 2 --dist loadfile $(POOLED_TESTS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	TEST_THROUGH_PGBOUNCER=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(POOLED_TESTS)
 	@if [ -n "$$TEST_DATABASE_URL" ]; then $(MAKE) --no-print-directory test-embedded; fi
 
 ## EMBEDDED_TESTS on an embedded PostgreSQL 16 with pgvector, whatever TEST_DATABASE_URL says.
 test-embedded: $(STAMP)
-	env -u TEST_DATABASE_URL $(BIN)/python -m pytest -n 2 --dist loadfile $(EMBEDDED_TESTS)
+	env -u TEST_DATABASE_URL $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(EMBEDDED_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -4,6 +4,7 @@ import asyncio
 import os
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,26 +31,41 @@ from tests.fake_openai import FakeOpenAI
 # The `browser` fixture (Chromium) of the modules that drive the page.
 pytest_plugins = ("tests.browser",)
 
-# The longest modules (their servers, browsers and CLI processes), handed to the two
-# workers first (`--dist loadfile` hands modules out in the order collected): one of them
-# started last would keep a worker busy long after the other ran out of modules.
-_LONGEST_FIRST = (
-    "test_docs.py",
-    "test_web_browser.py",
-    "test_stub_utterances.py",
-    "test_chat_cli.py",
-    "test_webhooks.py",
-    "test_mcp.py",
-    "test_fault_injection.py",
-    "test_observability.py",
+# Modules of few tests that take long (servers, replicas killed, a wheel installed, a fuzzer,
+# a real browser or CalDAV client). pytest-xdist would hand out the modules with the most
+# tests first, leaving these to the end, where one keeps its worker busy long after the
+# others ran out (`make test` passes `--no-loadscope-reorder`, so modules go out in the
+# order collected here). They go first instead, each beside one of the rest (those with
+# the most tests first), so that a module that mostly waits runs beside one that computes.
+# Longest first, as a run measured them.
+_LONG_FEW_TESTS = (
+    "test_package.py",
+    "test_handover.py",
     "test_ai_sdk.py",
+    "test_fuzz.py",
+    "test_webhooks.py",
+    "test_caldav_clients.py",
+    "test_drain.py",
+    "test_events_replicas.py",
+    "test_chaos.py",
+    "test_idle.py",
+    "test_notify_replicas.py",
+    "test_web_push_firefox.py",
+    "test_caldav_server_tester.py",
+    "test_typescript_client.py",
 )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Collect the longest modules first; the rest keep their order."""
-    rank = {name: n for n, name in enumerate(_LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    """Modules in the order above, one long one between each two of the rest."""
+    tests = Counter(item.path.name for item in items)
+    long = [name for name in _LONG_FEW_TESTS if name in tests]
+    rest = sorted((name for name in tests if name not in long), key=lambda name: -tests[name])
+    order: list[str] = []
+    for index in range(max(len(long), len(rest))):
+        order += rest[index : index + 1] + long[index : index + 1]
+    rank = {name: index for index, name in enumerate(order)}
+    items.sort(key=lambda item: rank[item.path.name])
 
 
 TEST_SECRET = "test-secret-" + "x" * 40

@@ -1383,7 +1383,9 @@ async def test_the_page_installs_and_its_service_worker_shows_a_pushed_reminder(
     async def both_shown() -> bool:
         return len(await _notifications_shown(page)) == 2
 
-    await until(both_shown, timeout_s=10, message="the pushes were not shown")
+    # A loaded machine (the whole suite on four workers) can take its time to wake the
+    # worker for each push.
+    await until(both_shown, timeout_s=30, message="the pushes were not shown")
     shown = {n["tag"]: n for n in await _notifications_shown(page)}
     assert shown["reminder-3f0c"]["title"] == "Reminder"
     assert shown["reminder-3f0c"]["body"] == "Call the <b>plumber</b>"  # text: not rendered

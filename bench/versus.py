@@ -75,11 +75,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("revs", nargs="*", metavar="rev", help="a commit to compare with")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
+        "--duration", type=float, default=PLAN.duration_s, help="seconds measured per run"
+    )
+    parser.add_argument(
         "--pooler", action="store_true", help="also this checkout through PgBouncer"
     )
     args = parser.parse_args(argv)
     with ExitStack() as stack:
-        bench = setup(stack, plan=PLAN, workers=1)
+        plan = replace(PLAN, duration_s=args.duration, max_duration_s=args.duration + 2.0)
+        bench = setup(stack, plan=plan, workers=1)
         seeders: dict[int, Seeder] = {}
         names: dict[int, str] = {}
         servers: list[Server] = []
@@ -120,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         servers.append(bench.raw_floor)
         width = max(len(name) for name in names.values())
         throughputs: dict[int, list[float]] = {id(server): [] for server in servers}
+        costs: dict[int, list[float]] = {id(server): [] for server in servers}
         for round_ in range(args.rounds):
             for server in servers if round_ % 2 == 0 else servers[::-1]:
                 bench.model(0, NO_TOOL)
@@ -128,8 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 run = bench.measure(server, 64, seeder)
                 opened = seeder.connections_opened() - opened
                 turns = max(1, sum(1 for s in run.outcome.samples if s.ok))
-                other = max(0.0, run.busy_s - run.ours_s) / run.elapsed_s
+                # The bench counts its own servers' CPU as its own; a REV's server is not
+                # among them, so its CPU is taken off here, not reported as other load.
+                own = 0.0 if server in (bench.service, bench.raw_floor) else run.server_cpu_s
+                other = max(0.0, run.busy_s - run.ours_s - own) / run.elapsed_s
                 throughputs[id(server)].append(run.outcome.throughput)
+                costs[id(server)].append((run.server_cpu_s + (run.db_cpu_s or 0.0)) / turns)
                 print(
                     f"{names[id(server)]:{width}} {run.outcome.throughput:7.1f} turns/s  "
                     f"{1000 * run.server_cpu_s / turns:5.2f} CPU ms/turn  "
@@ -152,7 +161,46 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{ratio:.2f} of the raw floor's {raw:.1f}{step}"
             )
             previous = ratio
+        paired(servers, names, throughputs, costs, bench.service)
     return 0
+
+
+def paired(
+    servers: Sequence[Server],
+    names: dict[int, str],
+    throughputs: dict[int, list[float]],
+    costs: dict[int, list[float]],
+    now: Server,
+) -> None:
+    """Each REV against this checkout round by round: the two ran one after the other, so
+    what drifts on the machine over minutes (other load, the database's caches) touches
+    both alike. Prints the median of the rounds' ratios and their middle half, for the
+    throughput and for the CPU a turn costs (the server's and its database backends')."""
+    for server in servers:
+        if names[id(server)] in ("now", "raw") or names[id(server)].startswith("pooler"):
+            continue
+        if names[id(server)] == "pgbouncer":
+            continue
+        rounds = zip(throughputs[id(now)], throughputs[id(server)], strict=True)
+        faster = sorted(n / b - 1 for n, b in rounds)
+        spent = sorted(
+            n / b - 1 for n, b in zip(costs[id(now)], costs[id(server)], strict=True) if b
+        )
+        print(
+            f"now against {names[id(server)]}, paired by round ({len(faster)} rounds): "
+            f"throughput {_spread(faster)}; CPU a turn (server and database) {_spread(spent)}"
+        )
+
+
+def _spread(changes: list[float]) -> str:
+    """The median change and the middle half of them, as percentages."""
+    if not changes:
+        return "n/a"
+    quarter = statistics.quantiles(changes, n=4) if len(changes) > 1 else changes * 3
+    return (
+        f"{100 * statistics.median(changes):+.1f}% "
+        f"(middle half {100 * quarter[0]:+.1f}% to {100 * quarter[2]:+.1f}%)"
+    )
 
 
 if __name__ == "__main__":

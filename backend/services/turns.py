@@ -90,8 +90,9 @@ class Opening:
 #  admitted: if the session was taken, count the turn, remember the user's timezone, read
 #            the history (`todo_history`: the messages after the session's fold position,
 #            migration 0020), store the user message, read the held calls
-#            and the person's memories (`todo_memories`, migration 0019). The session's
-#            digest and fold position come from the row the lease is taken on.
+#            and the person's memories (`todo_memories`, migration 0019; only when an
+#            index probe finds they keep some, 0024). The session's digest and fold
+#            position come from the row the lease is taken on.
 # The history is the latest messages before this one, newest first, walked back a message
 # at a time: the `max(seq)` below the last one, then that row, each a probe of the
 # (session_id, seq) index, so its cost does not grow with the session. (Not `ORDER BY seq

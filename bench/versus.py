@@ -161,26 +161,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{ratio:.2f} of the raw floor's {raw:.1f}{step}"
             )
             previous = ratio
-        paired(servers, names, throughputs, costs, bench.service)
+        revs = [server for server in servers if id(server) in seeders]
+        paired(revs, names, throughputs, costs, bench.service)
     return 0
 
 
 def paired(
-    servers: Sequence[Server],
+    revs: Sequence[Server],
     names: dict[int, str],
     throughputs: dict[int, list[float]],
     costs: dict[int, list[float]],
     now: Server,
 ) -> None:
-    """Each REV against this checkout round by round: the two ran one after the other, so
-    what drifts on the machine over minutes (other load, the database's caches) touches
-    both alike. Prints the median of the rounds' ratios and their middle half, for the
-    throughput and for the CPU a turn costs (the server's and its database backends')."""
-    for server in servers:
-        if names[id(server)] in ("now", "raw") or names[id(server)].startswith("pooler"):
-            continue
-        if names[id(server)] == "pgbouncer":
-            continue
+    """Each REV's server against this checkout's round by round: the two ran one after the
+    other, so what drifts on the machine over minutes (other load, the database's caches)
+    touches both alike. Prints the median of the rounds' ratios and their middle half, for
+    the throughput and for the CPU a turn costs (the server's and its database backends')."""
+    for server in revs:
         rounds = zip(throughputs[id(now)], throughputs[id(server)], strict=True)
         faster = sorted(n / b - 1 for n, b in rounds)
         spent = sorted(

@@ -238,6 +238,24 @@ _CONTEXT = _context()
 _SPARE: deque[tuple[Any, Connection]] = deque()
 
 
+_OUT_OF_MEMORY = "The document needs more memory to read than it is given."
+# A parser that cannot allocate does not always raise MemoryError: lxml (libxml2) says
+# "unknown error", an import that cannot map its library raises ImportError. Either, with
+# the reader's peak address space this close to its limit, is the limit's doing.
+_NEAR_LIMIT_BYTES = 16 * 1024 * 1024
+
+
+def _at_memory_limit(limit: int) -> bool:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmPeak:"):
+                    return int(line.split()[1]) * 1024 >= limit - _NEAR_LIMIT_BYTES
+    except (OSError, ValueError):
+        pass
+    return False
+
+
 def _child(connection: Connection) -> None:
     try:
         data, media_type, memory, cpu_s = connection.recv()
@@ -261,24 +279,6 @@ def _child(connection: Connection) -> None:
             connection.send(("refused", _OUT_OF_MEMORY))
         else:
             connection.send(("refused", f"The document cannot be read ({type(error).__name__})."))
-
-
-_OUT_OF_MEMORY = "The document needs more memory to read than it is given."
-# A parser that cannot allocate does not always raise MemoryError: lxml (libxml2) says
-# "unknown error", an import that cannot map its library raises ImportError. Either, with
-# the reader's peak address space this close to its limit, is the limit's doing.
-_NEAR_LIMIT_BYTES = 16 * 1024 * 1024
-
-
-def _at_memory_limit(limit: int) -> bool:
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmPeak:"):
-                    return int(line.split()[1]) * 1024 >= limit - _NEAR_LIMIT_BYTES
-    except (OSError, ValueError):
-        pass
-    return False
 
 
 def _start_reader() -> tuple[Any, Connection]:
